@@ -1,0 +1,20 @@
+/**
+ * Jest runs in native ESM mode: every @nestjs/* 12 package is ESM-only, which
+ * the default CommonJS mode cannot load on Node 20 (see TOOLCHAIN notes in the
+ * README). Type-checking is `tsc --noEmit`, run by `npm run typecheck`.
+ * @type {import('jest').Config}
+ */
+export default {
+  testEnvironment: 'node',
+  extensionsToTreatAsEsm: ['.ts'],
+  moduleNameMapper: { '^(\\.{1,2}/.*)\\.js$': '$1' },
+  transform: {
+    '^.+\\.ts$': ['ts-jest', { useESM: true, tsconfig: 'tsconfig.test.json', diagnostics: false }],
+  },
+  testMatch: ['<rootDir>/src/**/*.spec.ts', '<rootDir>/test/**/*.spec.ts', '<rootDir>/sample-app/**/*.spec.ts'],
+  testPathIgnorePatterns: ['/node_modules/', '<rootDir>/test/reliability/'],
+  globalSetup: '<rootDir>/test/support/global-setup.ts',
+  globalTeardown: '<rootDir>/test/support/global-teardown.ts',
+  testTimeout: 60_000,
+  maxWorkers: 2,
+};

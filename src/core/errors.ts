@@ -1,0 +1,42 @@
+/**
+ * Outcomes of the engine that are not a response of the work. Framework-free:
+ * the HTTP interceptor maps them to problem+json answers; other callers of
+ * `IdempotencyService.execute` catch them directly.
+ */
+export abstract class IdempotencyError extends Error {
+  protected constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
+/** Another attempt with the same key holds a valid lease. Retry after `retryAfterSeconds`. */
+export class KeyInFlightError extends IdempotencyError {
+  constructor(readonly retryAfterSeconds: number) {
+    super(`Another request with this idempotency key is in progress; retry in ${retryAfterSeconds}s.`);
+  }
+}
+
+/** The key was first used for a different request (method, path or body differ). */
+export class FingerprintMismatchError extends IdempotencyError {
+  constructor() {
+    super('This idempotency key was already used for a different request.');
+  }
+}
+
+/**
+ * This attempt's lease ran out and another attempt took the key over before
+ * this one could record its outcome; this attempt's writes were rolled back.
+ */
+export class LeaseLostError extends IdempotencyError {
+  constructor() {
+    super('The lease on this idempotency key was lost to another attempt; this attempt was rolled back.');
+  }
+}
+
+/** The store could not be reached; the work did not run (or its outcome was not recorded). */
+export class StoreUnavailableError extends IdempotencyError {
+  constructor(cause: unknown) {
+    super('The idempotency store cannot be reached.', { cause });
+  }
+}

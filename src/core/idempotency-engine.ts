@@ -1,0 +1,99 @@
+import { randomUUID } from 'node:crypto';
+import type { ClaimRef, IdempotencyStore, StoredResponse } from '../store/idempotency-store.js';
+import { FingerprintMismatchError, KeyInFlightError, LeaseLostError, StoreUnavailableError } from './errors.js';
+
+/**
+ * What to do with the claim when the work throws (CONTRACT A4.9).
+ * - `store`: a definite outcome; the work's writes roll back and `response`
+ *   is stored and replayed like a success.
+ * - `release`: nothing took effect; delete the claim so a retry runs at once.
+ * - `keep`: unknown outcome; leave the claim in flight until its lease ends.
+ */
+export type FailureDecision = { action: 'store'; response: StoredResponse } | { action: 'release' } | { action: 'keep' };
+
+export interface IdempotentWork<Tx, R> {
+  tenant: string;
+  key: string;
+  fingerprint: string;
+  leaseMs: number;
+  ttlMs: number;
+  /** Runs inside the business transaction; `response` is stored in that same transaction. */
+  run: (tx: Tx) => Promise<{ response: StoredResponse; result: R }>;
+  /** Classifies a failure of `run`. */
+  onFailure: (error: unknown) => FailureDecision;
+}
+
+export type EngineOutcome<R> =
+  | { kind: 'executed'; response: StoredResponse; result: R }
+  | { kind: 'replayed'; response: StoredResponse }
+  /** `run` failed and the policy stored `response`; `error` is what it threw. */
+  | { kind: 'failure-stored'; response: StoredResponse; error: unknown };
+
+/**
+ * The state table of CONTRACT A3 in one place, with no knowledge of HTTP or
+ * Nest: claim (committed alone), run the work and the fenced completion in
+ * one transaction, and settle the claim when the work fails.
+ */
+export class IdempotencyEngine<Tx> {
+  constructor(private readonly store: IdempotencyStore<Tx>) {}
+
+  async execute<R>(work: IdempotentWork<Tx, R>): Promise<EngineOutcome<R>> {
+    const ref: ClaimRef = { tenant: work.tenant, key: work.key, ownerToken: randomUUID() };
+    const claim = await this.guard(() =>
+      this.store.claim({ ...ref, fingerprint: work.fingerprint, leaseMs: work.leaseMs, ttlMs: work.ttlMs }),
+    );
+    switch (claim.state) {
+      case 'completed':
+        return { kind: 'replayed', response: claim.response };
+      case 'in-flight':
+        throw new KeyInFlightError(claim.retryAfterSeconds);
+      case 'mismatch':
+        throw new FingerprintMismatchError();
+      case 'claimed':
+        break;
+    }
+
+    try {
+      const { response, result } = await this.store.transaction(async (tx) => {
+        const done = await work.run(tx);
+        // Fenced by the owner token inside the same transaction: if another
+        // attempt took the key over, throwing here discards the work's writes.
+        if (!(await this.store.complete(ref, done.response, work.ttlMs, tx))) throw new LeaseLostError();
+        return done;
+      });
+      return { kind: 'executed', response, result };
+    } catch (error) {
+      if (error instanceof LeaseLostError) throw error;
+      return this.settleFailure(ref, work, error);
+    }
+  }
+
+  private async settleFailure<R>(ref: ClaimRef, work: IdempotentWork<Tx, R>, error: unknown): Promise<EngineOutcome<R>> {
+    if (this.store.isUnavailableError(error)) {
+      // Whether the commit happened is unknown; the lease decides what a retry sees.
+      throw new StoreUnavailableError(error);
+    }
+    const decision = work.onFailure(error);
+    switch (decision.action) {
+      case 'store': {
+        const stored = await this.guard(() => this.store.complete(ref, decision.response, work.ttlMs));
+        if (!stored) throw new LeaseLostError();
+        return { kind: 'failure-stored', response: decision.response, error };
+      }
+      case 'release':
+        await this.guard(() => this.store.release(ref));
+        throw error;
+      case 'keep':
+        throw error;
+    }
+  }
+
+  private async guard<T>(step: () => Promise<T>): Promise<T> {
+    try {
+      return await step();
+    } catch (error) {
+      if (this.store.isUnavailableError(error)) throw new StoreUnavailableError(error);
+      throw error;
+    }
+  }
+}

@@ -1,0 +1,79 @@
+import { parseItem } from 'structured-headers';
+
+/** Why a key header was refused; each maps to one problem type. */
+export type KeyRejection = 'missing' | 'empty' | 'repeated' | 'malformed' | 'too-long' | 'invalid-characters';
+
+export type KeyParseResult = { ok: true; key: string } | { ok: false; reason: KeyRejection; detail: string };
+
+const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
+
+/**
+ * Reads an Idempotency-Key header value per CONTRACT A1: a bare token of
+ * visible ASCII without commas, or an RFC 8941 sf-string. The key is returned
+ * exactly as sent (after unquoting): never trimmed or case-folded.
+ *
+ * @param values every occurrence of the header on the request, in order; more
+ *   than one is a client error even when the values agree, because proxies
+ *   and clients disagree about which one wins.
+ */
+export function parseIdempotencyKey(values: readonly string[], maxLength: number): KeyParseResult {
+  if (values.length === 0) return { ok: false, reason: 'missing', detail: 'The request has no idempotency key.' };
+  if (values.length > 1) {
+    return { ok: false, reason: 'repeated', detail: 'The idempotency key header was sent more than once.' };
+  }
+  const raw = values[0];
+  if (raw.length === 0) return { ok: false, reason: 'empty', detail: 'The idempotency key is empty.' };
+
+  let key: string;
+  if (raw.startsWith('"')) {
+    const unquoted = parseSfString(raw);
+    if (unquoted === undefined) {
+      return {
+        ok: false,
+        reason: 'malformed',
+        detail: 'The idempotency key starts with a quote but is not a single RFC 8941 string without parameters.',
+      };
+    }
+    key = unquoted;
+  } else {
+    if (raw.includes(',')) {
+      return {
+        ok: false,
+        reason: 'malformed',
+        detail: 'The idempotency key contains a comma: send one key, or quote it as an RFC 8941 string.',
+      };
+    }
+    key = raw;
+  }
+
+  if (key.length === 0) return { ok: false, reason: 'empty', detail: 'The idempotency key is empty.' };
+  if (key.length > maxLength) {
+    return { ok: false, reason: 'too-long', detail: `The idempotency key is longer than ${maxLength} characters.` };
+  }
+  if (!VISIBLE_ASCII.test(key)) {
+    return {
+      ok: false,
+      reason: 'invalid-characters',
+      detail: 'The idempotency key may only contain visible ASCII characters (0x21-0x7E).',
+    };
+  }
+  return { ok: true, key };
+}
+
+function parseSfString(raw: string): string | undefined {
+  try {
+    const [value, params] = parseItem(raw);
+    if (typeof value !== 'string' || params.size > 0) return undefined;
+    return value;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * A key as it may appear in a log line: enough to correlate, not enough to
+ * replay someone else's request.
+ */
+export function redactKey(key: string): string {
+  return key.length <= 4 ? '****' : `${key.slice(0, 4)}…(${key.length})`;
+}

@@ -1,0 +1,52 @@
+/** Every message the module produces, in one place. */
+export const messages = {
+  config: {
+    missingOptions: 'IdempotencyModule needs options: IdempotencyModule.forRoot({ tenant: (ctx) => ... }).',
+    tenant:
+      'IdempotencyModule: `tenant` must be a function (context) => string that names the tenant of a request. ' +
+      "A single-tenant app says so explicitly: `tenant: () => 'default'`.",
+    header: (value: unknown) =>
+      `IdempotencyModule: \`header\` must be an HTTP header name (token characters only), got ${JSON.stringify(value)}.`,
+    maxKeyLength: (value: unknown) => `IdempotencyModule: \`maxKeyLength\` must be an integer from 1 to 8192, got ${String(value)}.`,
+    replayHeader: (name: string) =>
+      `IdempotencyModule: \`replayHeaders\` may not include "${name}": it is specific to one response and is never replayed.`,
+    tableName: (value: unknown) =>
+      `IdempotencyModule: \`tableName\` must be a plain SQL identifier, optionally schema-qualified (e.g. "public.idempotency_keys"), got ${JSON.stringify(value)}.`,
+    dataSource: 'IdempotencyModule: `dataSource` must be the non-empty name of a TypeORM data source, or left out for the default one.',
+    positive: (name: string, value: unknown) => `IdempotencyModule: \`${name}\` must be a positive integer, got ${String(value)}.`,
+    duration: (name: string, value: unknown) =>
+      `${name} must be a positive whole number of milliseconds or a duration string such as '30s' or '24h', got ${JSON.stringify(value)}.`,
+    leaseVsTtl: (where: string, lease: number, ttl: number) =>
+      `${where}: the lease (${lease} ms) must be shorter than the TTL (${ttl} ms), or a key could expire while its request still runs.`,
+    boolean: (name: string) => `${name} must be true or false.`,
+    policy: (name: string, value: unknown) => `${name} must be 'store', 'release' or 'keep', got ${JSON.stringify(value)}.`,
+    fingerprint: (where: string) => `${where}: \`fingerprint\` must be a function (context) => value.`,
+    noDataSource: (name: string | undefined) =>
+      `IdempotencyModule could not find the TypeORM data source ${name ? `named "${name}"` : '(the default one)'}. ` +
+      'Import TypeOrmModule.forRoot(...) in your app, or set the `dataSource` option to the name you gave it.',
+    unreplayableRoute: (route: string, why: string) =>
+      `@Idempotent() route ${route} cannot be replayed: ${why}. Return a value (object, string or Buffer) instead, ` +
+      'or use @Res({ passthrough: true }).',
+    scheduleMissing:
+      'IdempotencyModule: the sweeper is enabled but @nestjs/schedule is not set up. Import ScheduleModule.forRoot() ' +
+      'in your app, or pass `sweep: false` and call IdempotencyService.sweep() yourself.',
+  },
+  problems: {
+    missingKey: (header: string) => `This endpoint requires an ${header} header.`,
+    conflict: 'A request with this idempotency key is still being processed. Retry after the time in Retry-After.',
+    mismatch: 'This idempotency key was already used with a different request (method, path or body). Use a new key for a new request.',
+    leaseLost:
+      'This attempt took longer than its lease and another attempt with the same key took over; this attempt was rolled back. ' +
+      'Retry to get the outcome of the other attempt.',
+    unavailable: 'The idempotency store cannot be reached right now; the request was not processed. Retry later.',
+    tenantUnresolved: 'The server could not determine the tenant of this request.',
+    unreplayable: 'The server cannot store the response of this endpoint.',
+  },
+  log: {
+    tenantUnresolved: (route: string) =>
+      `The tenant resolver returned nothing for ${route}. The request was refused (500) rather than run in a shared scope. ` +
+      'Make the resolver return a tenant id for every request, e.g. from the authenticated principal.',
+    unavailable: (route: string) => `The idempotency store could not be reached for ${route}; answered 503.`,
+    leaseLost: (route: string, key: string) => `Lease on key ${key} was lost for ${route}; the attempt was rolled back.`,
+  },
+} as const;

@@ -1,0 +1,84 @@
+import { HttpException, HttpStatus } from '@nestjs/common';
+import type { KeyRejection } from '../core/key.js';
+import { messages } from './messages.js';
+
+/** Base of the stable problem type URIs (RFC 9457 `type`); documented in the README. */
+export const PROBLEM_TYPE_BASE = 'urn:nest-idempotency:problem:';
+
+export const ProblemType = {
+  missingKey: `${PROBLEM_TYPE_BASE}missing-key`,
+  invalidKey: `${PROBLEM_TYPE_BASE}invalid-key`,
+  conflict: `${PROBLEM_TYPE_BASE}conflict`,
+  mismatch: `${PROBLEM_TYPE_BASE}mismatch`,
+  leaseLost: `${PROBLEM_TYPE_BASE}lease-lost`,
+  unavailable: `${PROBLEM_TYPE_BASE}store-unavailable`,
+  tenantUnresolved: `${PROBLEM_TYPE_BASE}tenant-unresolved`,
+  unreplayable: `${PROBLEM_TYPE_BASE}unreplayable-response`,
+} as const;
+
+export interface ProblemDetails {
+  type: string;
+  title: string;
+  status: number;
+  detail: string;
+}
+
+export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
+
+/**
+ * An error response the module produces itself. Its body is an RFC 9457
+ * problem; the interceptor sets `Content-Type: application/problem+json` (and
+ * `Retry-After` where due) before throwing it, so Nest's exception layer
+ * sends it as it is. These responses are never stored.
+ */
+export class IdempotencyProblemException extends HttpException {
+  constructor(
+    readonly problem: ProblemDetails,
+    readonly retryAfterSeconds?: number,
+    options?: { cause?: unknown },
+  ) {
+    super(problem, problem.status, options);
+  }
+}
+
+function problem(type: string, title: string, status: number, detail: string): ProblemDetails {
+  return { type, title, status, detail };
+}
+
+export const problems = {
+  missingKey: (header: string) =>
+    new IdempotencyProblemException(
+      problem(ProblemType.missingKey, 'Idempotency key required', HttpStatus.BAD_REQUEST, messages.problems.missingKey(header)),
+    ),
+  invalidKey: (reason: KeyRejection, detail: string) =>
+    new IdempotencyProblemException(
+      problem(ProblemType.invalidKey, reason === 'missing' ? 'Idempotency key required' : 'Invalid idempotency key', HttpStatus.BAD_REQUEST, detail),
+    ),
+  conflict: (retryAfterSeconds: number) =>
+    new IdempotencyProblemException(
+      problem(ProblemType.conflict, 'Request in progress', HttpStatus.CONFLICT, messages.problems.conflict),
+      retryAfterSeconds,
+    ),
+  mismatch: () =>
+    new IdempotencyProblemException(
+      problem(ProblemType.mismatch, 'Idempotency key reused', HttpStatus.UNPROCESSABLE_ENTITY, messages.problems.mismatch),
+    ),
+  leaseLost: () =>
+    new IdempotencyProblemException(problem(ProblemType.leaseLost, 'Lease lost', HttpStatus.CONFLICT, messages.problems.leaseLost), 1),
+  unavailable: (retryAfterSeconds: number, cause: unknown) =>
+    new IdempotencyProblemException(
+      problem(ProblemType.unavailable, 'Idempotency store unavailable', HttpStatus.SERVICE_UNAVAILABLE, messages.problems.unavailable),
+      retryAfterSeconds,
+      { cause },
+    ),
+  tenantUnresolved: () =>
+    new IdempotencyProblemException(
+      problem(ProblemType.tenantUnresolved, 'Tenant not resolved', HttpStatus.INTERNAL_SERVER_ERROR, messages.problems.tenantUnresolved),
+    ),
+  unreplayable: (cause: unknown) =>
+    new IdempotencyProblemException(
+      problem(ProblemType.unreplayable, 'Response cannot be stored', HttpStatus.INTERNAL_SERVER_ERROR, messages.problems.unreplayable),
+      undefined,
+      { cause },
+    ),
+};

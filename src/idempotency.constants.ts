@@ -1,0 +1,26 @@
+/** Metadata key for `@Idempotent()` route options. */
+export const IDEMPOTENT_METADATA = 'nest-idempotency:idempotent';
+/** Metadata key for `@SkipIdempotency()`. */
+export const SKIP_IDEMPOTENCY_METADATA = 'nest-idempotency:skip';
+/** DI token of the validated, defaulted options (`ResolvedIdempotencyOptions`). */
+export const IDEMPOTENCY_OPTIONS = Symbol('IDEMPOTENCY_OPTIONS');
+
+export const DEFAULT_HEADER = 'Idempotency-Key';
+export const DEFAULT_TTL_MS = 24 * 60 * 60 * 1000;
+export const DEFAULT_LEASE_MS = 30_000;
+export const DEFAULT_MAX_KEY_LENGTH = 255;
+export const DEFAULT_TABLE_NAME = 'idempotency_keys';
+export const DEFAULT_UNAVAILABLE_RETRY_AFTER_S = 5;
+export const DEFAULT_SWEEP_INTERVAL_MS = 60_000;
+export const DEFAULT_SWEEP_BATCH_SIZE = 1_000;
+export const DEFAULT_SWEEP_MAX_DURATION_MS = 10_000;
+
+/** Response headers always stored and replayed (lower case). */
+export const DEFAULT_REPLAY_HEADERS = ['content-type', 'location', 'etag', 'content-location'] as const;
+/** Never stored or replayed, whatever the allowlist says: they are per-response or per-user. */
+export const NEVER_REPLAYED_HEADERS = new Set(['set-cookie', 'content-length', 'transfer-encoding', 'connection', 'date']);
+
+/** Added to every replayed response. */
+export const REPLAYED_HEADER = 'Idempotent-Replayed';
+/** DI token of the TypeORM `DataSource` the module uses. */
+export const IDEMPOTENCY_DATA_SOURCE = Symbol('IDEMPOTENCY_DATA_SOURCE');

@@ -1,0 +1,63 @@
+import { Module, type DynamicModule, type Provider } from '@nestjs/common';
+import { getDataSourceToken } from '@nestjs/typeorm';
+import type { DataSource } from 'typeorm';
+import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS } from './idempotency.constants.js';
+import { IdempotencyInterceptor } from './idempotency.interceptor.js';
+import {
+  ASYNC_OPTIONS_TYPE,
+  ConfigurableModuleClass,
+  OPTIONS_TYPE,
+  RAW_OPTIONS_TOKEN,
+  type IdempotencyModuleExtras,
+} from './idempotency.module-definition.js';
+import { resolveIdempotencyOptions, type IdempotencyModuleOptions, type ResolvedIdempotencyOptions } from './idempotency.options.js';
+import { IdempotencyService } from './idempotency.service.js';
+import { IdempotencyStore } from './store/idempotency-store.js';
+import { PostgresIdempotencyStore } from './store/postgres-idempotency.store.js';
+import { IdempotencySweeper } from './sweeper/idempotency.sweeper.js';
+import { TransactionHost } from './transaction/transaction-host.js';
+
+const EXPORTS = [IdempotencyService, TransactionHost, IdempotencyStore, IdempotencyInterceptor, IdempotencySweeper, IDEMPOTENCY_OPTIONS];
+
+/**
+ * `IdempotencyModule.forRoot({ tenant: (ctx) => ... })` or
+ * `forRootAsync({ imports, inject, useFactory })`; then mark routes with `@Idempotent()`.
+ */
+@Module({})
+export class IdempotencyModule extends ConfigurableModuleClass {
+  static override forRoot(options: typeof OPTIONS_TYPE): DynamicModule {
+    return IdempotencyModule.withProviders(super.forRoot(options), options);
+  }
+
+  static override forRootAsync(options: typeof ASYNC_OPTIONS_TYPE): DynamicModule {
+    return IdempotencyModule.withProviders(super.forRootAsync(options), options);
+  }
+
+  private static withProviders(definition: DynamicModule, extras: IdempotencyModuleExtras): DynamicModule {
+    const providers: Provider[] = [
+      {
+        provide: IDEMPOTENCY_OPTIONS,
+        useFactory: (raw: IdempotencyModuleOptions) => resolveIdempotencyOptions(raw),
+        inject: [RAW_OPTIONS_TOKEN],
+      },
+      { provide: IDEMPOTENCY_DATA_SOURCE, useExisting: getDataSourceToken(extras.dataSource) },
+      extras.store
+        ? { provide: IdempotencyStore, useClass: extras.store }
+        : {
+            provide: IdempotencyStore,
+            useFactory: (dataSource: DataSource, options: ResolvedIdempotencyOptions) =>
+              new PostgresIdempotencyStore(dataSource, options.tableName),
+            inject: [IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS],
+          },
+      IdempotencyService,
+      TransactionHost,
+      IdempotencyInterceptor,
+      IdempotencySweeper,
+    ];
+    return {
+      ...definition,
+      providers: [...(definition.providers ?? []), ...providers],
+      exports: [...(definition.exports ?? []), ...EXPORTS],
+    };
+  }
+}

@@ -1,0 +1,201 @@
+import type { ExecutionContext } from '@nestjs/common';
+import ms from 'ms';
+import {
+  DEFAULT_HEADER,
+  DEFAULT_LEASE_MS,
+  DEFAULT_MAX_KEY_LENGTH,
+  DEFAULT_REPLAY_HEADERS,
+  DEFAULT_SWEEP_BATCH_SIZE,
+  DEFAULT_SWEEP_INTERVAL_MS,
+  DEFAULT_SWEEP_MAX_DURATION_MS,
+  DEFAULT_TABLE_NAME,
+  DEFAULT_TTL_MS,
+  DEFAULT_UNAVAILABLE_RETRY_AFTER_S,
+  NEVER_REPLAYED_HEADERS,
+} from './idempotency.constants.js';
+import { IdempotencyConfigurationError } from './errors/configuration.error.js';
+import { messages } from './errors/messages.js';
+
+/** A duration in milliseconds, or a string such as `'30s'`, `'24h'` (parsed by the `ms` package). */
+export type Duration = number | string;
+
+/**
+ * Resolves the tenant of a request. It sees the execution context, so it can
+ * read the authenticated principal. Returning nothing fails the request
+ * closed (500): there is no shared fallback scope. A single-tenant app says
+ * so explicitly, e.g. `tenant: () => 'default'`.
+ */
+export type TenantResolver = (context: ExecutionContext) => string | null | undefined | Promise<string | null | undefined>;
+
+/** Computes what identifies "the same request"; the returned value is hashed in canonical JSON form. */
+export type FingerprintFunction = (context: ExecutionContext) => unknown;
+
+/**
+ * What to do with the key when the handler throws an `HttpException` (e.g. a
+ * 402 for a declined card) or any other error. See CONTRACT A4.9.
+ * - `'store'`: the handler's writes roll back; the error response is stored and replayed.
+ * - `'release'`: the key is deleted; a retry runs the handler again at once.
+ * - `'keep'`: the key stays in flight until its lease ends, then a retry takes over.
+ */
+export type FailurePolicy = 'store' | 'release' | 'keep';
+
+/** Options of the scheduled sweeper that deletes expired keys. */
+export interface SweepSchedule {
+  /** How often the sweeper runs. Default 60 s. */
+  interval?: Duration;
+  /** Rows deleted per statement (each batch commits on its own). Default 1000. */
+  batchSize?: number;
+  /** Time budget of one run; it stops after the batch that crosses it. Default 10 s. */
+  maxDuration?: Duration;
+}
+
+/** Options that a route can override with `@Idempotent({...})`. */
+export interface IdempotencyRouteOptions {
+  /** Whether a request without a key is refused (400). With `false` it runs without idempotency. Default `true`. */
+  required?: boolean;
+  /** How long a key is remembered after its claim and again after its response is stored. Default 24 h. */
+  ttl?: Duration;
+  /** How long an attempt owns a key before a retry may take it over. Default 30 s. */
+  lease?: Duration;
+  /** Policy for an `HttpException` thrown by the handler itself. Default `'store'`. */
+  onHttpException?: FailurePolicy;
+  /** Policy for any other error thrown by the handler. Default `'keep'`. */
+  onError?: FailurePolicy;
+  /** Replaces the default fingerprint (method, URL and parsed body). */
+  fingerprint?: FingerprintFunction;
+}
+
+export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
+  /** Resolves the tenant of each request. Required. */
+  tenant: TenantResolver;
+  /** Request header carrying the key. Default `'Idempotency-Key'`. */
+  header?: string;
+  /** Longest accepted key, in characters after unquoting. Default 255. */
+  maxKeyLength?: number;
+  /** Response headers stored and replayed besides Content-Type, Location, ETag and Content-Location. Never Set-Cookie. */
+  replayHeaders?: string[];
+  /** Name of the TypeORM data source to use (as given to `TypeOrmModule.forRoot({ name })`). Default: the app's default one. */
+  dataSource?: string;
+  /** Table holding the keys, optionally schema-qualified. Default `'idempotency_keys'`. */
+  tableName?: string;
+  /** Seconds in the `Retry-After` of a 503 when the store cannot be reached. Default 5. */
+  unavailableRetryAfter?: number;
+  /** The scheduled sweeper (needs `ScheduleModule.forRoot()`), or `false` to disable it. Default: enabled, every 60 s. */
+  sweep?: SweepSchedule | false;
+}
+
+export interface ResolvedRouteOptions {
+  required: boolean;
+  ttlMs: number;
+  leaseMs: number;
+  onHttpException: FailurePolicy;
+  onError: FailurePolicy;
+  fingerprint?: FingerprintFunction;
+}
+
+export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
+  tenant: TenantResolver;
+  header: string;
+  maxKeyLength: number;
+  replayHeaders: ReadonlySet<string>;
+  dataSource?: string;
+  tableName: string;
+  unavailableRetryAfter: number;
+  sweep: { intervalMs: number; batchSize: number; maxDurationMs: number } | false;
+}
+
+const POLICIES: readonly FailurePolicy[] = ['store', 'release', 'keep'];
+
+/** The one place that fills defaults and validates module options. */
+export function resolveIdempotencyOptions(options: IdempotencyModuleOptions | undefined): ResolvedIdempotencyOptions {
+  if (!options || typeof options !== 'object') throw new IdempotencyConfigurationError(messages.config.missingOptions);
+  if (typeof options.tenant !== 'function') throw new IdempotencyConfigurationError(messages.config.tenant);
+  const route = resolveRouteOptions(options, undefined, 'IdempotencyModule');
+  const header = options.header ?? DEFAULT_HEADER;
+  if (typeof header !== 'string' || !/^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/.test(header)) {
+    throw new IdempotencyConfigurationError(messages.config.header(header));
+  }
+  const maxKeyLength = options.maxKeyLength ?? DEFAULT_MAX_KEY_LENGTH;
+  if (!Number.isInteger(maxKeyLength) || maxKeyLength < 1 || maxKeyLength > 8192) {
+    throw new IdempotencyConfigurationError(messages.config.maxKeyLength(maxKeyLength));
+  }
+  const replayHeaders = new Set<string>(DEFAULT_REPLAY_HEADERS);
+  for (const name of options.replayHeaders ?? []) {
+    const lower = String(name).toLowerCase();
+    if (NEVER_REPLAYED_HEADERS.has(lower)) throw new IdempotencyConfigurationError(messages.config.replayHeader(name));
+    replayHeaders.add(lower);
+  }
+  const tableName = options.tableName ?? DEFAULT_TABLE_NAME;
+  if (typeof tableName !== 'string' || !/^[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)?$/.test(tableName)) {
+    throw new IdempotencyConfigurationError(messages.config.tableName(tableName));
+  }
+  const unavailableRetryAfter = options.unavailableRetryAfter ?? DEFAULT_UNAVAILABLE_RETRY_AFTER_S;
+  if (!Number.isInteger(unavailableRetryAfter) || unavailableRetryAfter < 1) {
+    throw new IdempotencyConfigurationError(messages.config.positive('unavailableRetryAfter', unavailableRetryAfter));
+  }
+  if (options.dataSource !== undefined && (typeof options.dataSource !== 'string' || options.dataSource === '')) {
+    throw new IdempotencyConfigurationError(messages.config.dataSource);
+  }
+  return {
+    ...route,
+    tenant: options.tenant,
+    header,
+    maxKeyLength,
+    replayHeaders,
+    dataSource: options.dataSource,
+    tableName,
+    unavailableRetryAfter,
+    sweep: resolveSweep(options.sweep),
+  };
+}
+
+/**
+ * Fills a route's options from the module's. Called once per route, on its
+ * first request, so a bad `@Idempotent({...})` fails loudly and early.
+ */
+export function resolveRouteOptions(
+  options: IdempotencyRouteOptions,
+  defaults: ResolvedRouteOptions | undefined,
+  where: string,
+): ResolvedRouteOptions {
+  const ttlMs = options.ttl === undefined ? (defaults?.ttlMs ?? DEFAULT_TTL_MS) : toMs(options.ttl, `${where}: ttl`);
+  const leaseMs = options.lease === undefined ? (defaults?.leaseMs ?? DEFAULT_LEASE_MS) : toMs(options.lease, `${where}: lease`);
+  if (leaseMs >= ttlMs) throw new IdempotencyConfigurationError(messages.config.leaseVsTtl(where, leaseMs, ttlMs));
+  const required = options.required ?? defaults?.required ?? true;
+  if (typeof required !== 'boolean') throw new IdempotencyConfigurationError(messages.config.boolean(`${where}: required`));
+  const onHttpException = policy(options.onHttpException ?? defaults?.onHttpException ?? 'store', `${where}: onHttpException`);
+  const onError = policy(options.onError ?? defaults?.onError ?? 'keep', `${where}: onError`);
+  const fingerprint = options.fingerprint ?? defaults?.fingerprint;
+  if (fingerprint !== undefined && typeof fingerprint !== 'function') {
+    throw new IdempotencyConfigurationError(messages.config.fingerprint(where));
+  }
+  return { required, ttlMs, leaseMs, onHttpException, onError, fingerprint };
+}
+
+function resolveSweep(sweep: SweepSchedule | false | undefined): ResolvedIdempotencyOptions['sweep'] {
+  if (sweep === false) return false;
+  const s = sweep ?? {};
+  const batchSize = s.batchSize ?? DEFAULT_SWEEP_BATCH_SIZE;
+  if (!Number.isInteger(batchSize) || batchSize < 1) {
+    throw new IdempotencyConfigurationError(messages.config.positive('sweep.batchSize', batchSize));
+  }
+  return {
+    intervalMs: s.interval === undefined ? DEFAULT_SWEEP_INTERVAL_MS : toMs(s.interval, 'sweep.interval'),
+    batchSize,
+    maxDurationMs: s.maxDuration === undefined ? DEFAULT_SWEEP_MAX_DURATION_MS : toMs(s.maxDuration, 'sweep.maxDuration'),
+  };
+}
+
+function policy(value: unknown, name: string): FailurePolicy {
+  if (!POLICIES.includes(value as FailurePolicy)) throw new IdempotencyConfigurationError(messages.config.policy(name, value));
+  return value as FailurePolicy;
+}
+
+/** Durations are milliseconds; `'30s'`-style strings are parsed here and nowhere else. */
+export function toMs(value: Duration, name: string): number {
+  const parsed = typeof value === 'string' ? ms(value as ms.StringValue) : value;
+  if (typeof parsed !== 'number' || !Number.isFinite(parsed) || parsed <= 0 || !Number.isInteger(parsed)) {
+    throw new IdempotencyConfigurationError(messages.config.duration(name, value));
+  }
+  return parsed;
+}

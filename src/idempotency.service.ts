@@ -1,0 +1,110 @@
+import { Inject, Injectable } from '@nestjs/common';
+import type { DataSource, EntityManager } from 'typeorm';
+import { IdempotencyEngine, type EngineOutcome, type FailureDecision, type IdempotentWork } from './core/idempotency-engine.js';
+import { fingerprintValue } from './core/fingerprint.js';
+import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS } from './idempotency.constants.js';
+import { resolveRouteOptions, type FailurePolicy, type ResolvedIdempotencyOptions, type Duration } from './idempotency.options.js';
+import { IdempotencyStore, type StoredResponse, type SweepResult } from './store/idempotency-store.js';
+import { idempotencyContext, type IdempotencyExecutionContext } from './transaction/idempotency-context.js';
+
+/** A unit of non-HTTP work to run at most once per key (a message, a job). */
+export interface ExecuteInput {
+  /** Scope of the key; never shared between tenants. */
+  tenant: string;
+  /** The idempotency key, e.g. a message id or `order-1042:capture`. */
+  key: string;
+  /** What identifies the work; a different payload under the same key is a mismatch. */
+  payload: unknown;
+  /** Overrides the module's TTL for this key. */
+  ttl?: Duration;
+  /** Overrides the module's lease for this key. */
+  lease?: Duration;
+  /** What to do with the key if `work` throws: default the module's `onError` (`'keep'`). `'store'` is not available here. */
+  onError?: Exclude<FailurePolicy, 'store'>;
+}
+
+const JSON_HEADERS: Array<[string, string]> = [['content-type', 'application/json']];
+
+/**
+ * The engine for callers outside HTTP (message consumers, cron jobs), and the
+ * shared entry the interceptor uses.
+ */
+@Injectable()
+export class IdempotencyService {
+  private readonly engine: IdempotencyEngine<EntityManager>;
+
+  constructor(
+    readonly store: IdempotencyStore<EntityManager>,
+    @Inject(IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
+    @Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: DataSource,
+  ) {
+    this.engine = new IdempotencyEngine(store);
+  }
+
+  /**
+   * Runs `work` at most once for `(tenant, key)`, with the same guarantees as
+   * an `@Idempotent()` route: the claim commits alone, `work`'s writes through
+   * the given manager (or `TransactionHost`) commit with the completion marker,
+   * and a later call with the same key and payload returns the stored result
+   * without running `work`.
+   *
+   * The result is stored as JSON, and every call, first or replayed, returns
+   * it as parsed back from that JSON, so callers see one shape either way.
+   *
+   * @throws KeyInFlightError another call holds the key (retry later)
+   * @throws FingerprintMismatchError the key was used with another payload
+   * @throws LeaseLostError this call outran its lease and was rolled back
+   * @throws StoreUnavailableError the database cannot be reached
+   */
+  async execute<T>(input: ExecuteInput, work: (manager: EntityManager) => T | Promise<T>): Promise<T> {
+    const route = resolveRouteOptions({ ttl: input.ttl, lease: input.lease, onError: input.onError }, this.options, 'execute()');
+    const outcome = await this.run({
+      tenant: input.tenant,
+      key: input.key,
+      fingerprint: fingerprintValue(input.payload),
+      leaseMs: route.leaseMs,
+      ttlMs: route.ttlMs,
+      run: async (manager) => {
+        const result = await work(manager);
+        const json = JSON.stringify(result ?? null);
+        const response: StoredResponse = { status: 200, headers: JSON_HEADERS, body: Buffer.from(json, 'utf8') };
+        return { response, result: JSON.parse(json) as T };
+      },
+      onFailure: (): FailureDecision => ({ action: route.onError === 'release' ? 'release' : 'keep' }),
+    });
+    return JSON.parse((outcome.response.body ?? Buffer.from('null')).toString('utf8')) as T;
+  }
+
+  /**
+   * Runs one idempotent unit of work with the request context in
+   * AsyncLocalStorage. `context` (optional) lets the caller see what the work
+   * did, e.g. whether the route handler started.
+   */
+  run<R>(
+    work: IdempotentWork<EntityManager, R>,
+    context: IdempotencyExecutionContext = { manager: this.dataSource.manager, transactional: false, handlerStarted: false },
+  ): Promise<EngineOutcome<R>> {
+    return this.engine.execute({
+      ...work,
+      run: (manager) => {
+        context.manager = manager;
+        context.transactional = true;
+        return idempotencyContext.run(context, () => work.run(manager));
+      },
+    });
+  }
+
+  /** Runs `fn` with the data source's plain manager as the request context (a route without a key). */
+  runWithoutIdempotency<T>(fn: () => T): T {
+    return idempotencyContext.run({ manager: this.dataSource.manager, transactional: false, handlerStarted: false }, fn);
+  }
+
+  /** Deletes expired keys now, in bounded batches; for people who schedule it themselves. */
+  sweep(options?: { batchSize?: number; maxDurationMs?: number }): Promise<SweepResult> {
+    const defaults = this.options.sweep || { batchSize: 1000, maxDurationMs: 10_000 };
+    return this.store.sweep({
+      batchSize: options?.batchSize ?? defaults.batchSize,
+      maxDurationMs: options?.maxDurationMs ?? defaults.maxDurationMs,
+    });
+  }
+}

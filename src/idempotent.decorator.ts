@@ -1,0 +1,76 @@
+import { SetMetadata, UseInterceptors } from '@nestjs/common';
+import { PATH_METADATA } from '@nestjs/common/constants.js';
+import { IDEMPOTENT_METADATA, SKIP_IDEMPOTENCY_METADATA } from './idempotency.constants.js';
+import { IdempotencyInterceptor } from './idempotency.interceptor.js';
+import type { IdempotencyRouteOptions } from './idempotency.options.js';
+import { idempotencyContext } from './transaction/idempotency-context.js';
+
+const MARKED = Symbol('nest-idempotency:marked-handler');
+
+/**
+ * Makes a route (or every route of a controller) idempotent. Options override
+ * the module's for this route; method options win over class options.
+ *
+ * ```ts
+ * @Post() @Idempotent({ ttl: '1h' })
+ * create(@Body() dto: CreateCharge) { ... }
+ * ```
+ */
+export function Idempotent(options: IdempotencyRouteOptions = {}): ClassDecorator & MethodDecorator {
+  return ((target: object, propertyKey?: string | symbol, descriptor?: PropertyDescriptor) => {
+    if (descriptor) {
+      descriptor.value = markHandlerStart(descriptor.value as (...args: unknown[]) => unknown);
+      SetMetadata(IDEMPOTENT_METADATA, options)(target, propertyKey!, descriptor);
+      UseInterceptors(IdempotencyInterceptor)(target, propertyKey!, descriptor);
+      return descriptor;
+    }
+    const prototype = (target as { prototype: Record<string | symbol, unknown> }).prototype;
+    for (const name of routeHandlerNames(prototype)) {
+      const handler = prototype[name] as (...args: unknown[]) => unknown;
+      Object.defineProperty(prototype, name, { value: markHandlerStart(handler), writable: true, configurable: true });
+    }
+    SetMetadata(IDEMPOTENT_METADATA, options)(target as never);
+    UseInterceptors(IdempotencyInterceptor)(target as never);
+    return target;
+  }) as ClassDecorator & MethodDecorator;
+}
+
+/**
+ * Turns idempotency off for a route of an `@Idempotent()` controller, or back
+ * on with `@SkipIdempotency(false)`.
+ */
+export function SkipIdempotency(skip = true): ClassDecorator & MethodDecorator {
+  return SetMetadata(SKIP_IDEMPOTENCY_METADATA, skip);
+}
+
+/**
+ * Wraps a route handler so the request context records when its body starts:
+ * an error before that (a validation pipe) means nothing ran and the key is
+ * released. Nest keeps its route metadata on the function, so it is copied.
+ */
+function markHandlerStart(handler: (...args: unknown[]) => unknown): (...args: unknown[]) => unknown {
+  if ((handler as { [MARKED]?: boolean })[MARKED]) return handler;
+  const marked = function (this: unknown, ...args: unknown[]): unknown {
+    const context = idempotencyContext.getStore();
+    if (context) context.handlerStarted = true;
+    return handler.apply(this, args);
+  };
+  Object.defineProperty(marked, 'name', { value: handler.name });
+  for (const key of Reflect.getOwnMetadataKeys(handler)) {
+    Reflect.defineMetadata(key, Reflect.getOwnMetadata(key, handler), marked);
+  }
+  Object.defineProperty(marked, MARKED, { value: true });
+  return marked;
+}
+
+function routeHandlerNames(prototype: object): Array<string | symbol> {
+  const names = new Set<string | symbol>();
+  for (let proto = prototype; proto && proto !== Object.prototype; proto = Object.getPrototypeOf(proto)) {
+    for (const name of Reflect.ownKeys(proto)) {
+      if (name === 'constructor') continue;
+      const value = Object.getOwnPropertyDescriptor(proto, name)?.value;
+      if (typeof value === 'function' && Reflect.hasOwnMetadata(PATH_METADATA, value)) names.add(name);
+    }
+  }
+  return [...names];
+}

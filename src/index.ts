@@ -1,0 +1,42 @@
+export { IdempotencyModule } from './idempotency.module.js';
+export type { IdempotencyModuleExtras } from './idempotency.module-definition.js';
+export { Idempotent, SkipIdempotency } from './idempotent.decorator.js';
+export { IdempotencyInterceptor } from './idempotency.interceptor.js';
+export { IdempotencyService, type ExecuteInput } from './idempotency.service.js';
+export type {
+  Duration,
+  FailurePolicy,
+  FingerprintFunction,
+  IdempotencyModuleOptions,
+  IdempotencyRouteOptions,
+  SweepSchedule,
+  TenantResolver,
+} from './idempotency.options.js';
+export { DEFAULT_HEADER, DEFAULT_LEASE_MS, DEFAULT_TABLE_NAME, DEFAULT_TTL_MS, REPLAYED_HEADER } from './idempotency.constants.js';
+export {
+  IdempotencyStore,
+  type ClaimRef,
+  type ClaimRequest,
+  type ClaimResult,
+  type StoredResponse,
+  type SweepOptions,
+  type SweepResult,
+} from './store/idempotency-store.js';
+export { PostgresIdempotencyStore } from './store/postgres-idempotency.store.js';
+export { createIdempotencyKeysMigration, CreateIdempotencyKeys1764460800000 } from './store/idempotency-keys.migration.js';
+export { createIdempotencyKeyEntity, IdempotencyKeyEntity } from './store/idempotency-key.entity.js';
+export { IdempotencySweeper, type SweepReport } from './sweeper/idempotency.sweeper.js';
+export { TransactionHost } from './transaction/transaction-host.js';
+export { TxManager } from './transaction/tx-manager.decorator.js';
+export {
+  FingerprintMismatchError,
+  IdempotencyError,
+  KeyInFlightError,
+  LeaseLostError,
+  StoreUnavailableError,
+} from './core/errors.js';
+export { IdempotencyEngine, type EngineOutcome, type FailureDecision, type IdempotentWork } from './core/idempotency-engine.js';
+export { parseIdempotencyKey, type KeyParseResult, type KeyRejection } from './core/key.js';
+export { fingerprintRequest, fingerprintValue } from './core/fingerprint.js';
+export { IdempotencyConfigurationError } from './errors/configuration.error.js';
+export { IdempotencyProblemException, ProblemType, PROBLEM_CONTENT_TYPE, type ProblemDetails } from './errors/problems.js';

@@ -1,0 +1,53 @@
+import { EntitySchema } from 'typeorm';
+import { DEFAULT_TABLE_NAME } from '../idempotency.constants.js';
+
+/** A row of the key table, for reading it with TypeORM (the module itself uses plain SQL). */
+export interface IdempotencyKeyRecord {
+  tenantId: string;
+  key: string;
+  fingerprint: string;
+  status: 'in_flight' | 'completed';
+  ownerToken: string;
+  attempt: number;
+  leaseExpiresAt: Date;
+  expiresAt: Date;
+  createdAt: Date;
+  completedAt: Date | null;
+  responseStatus: number | null;
+  responseHeaders: Array<[string, string]> | null;
+  responseBody: Buffer | null;
+}
+
+/**
+ * The key table as a TypeORM entity schema, for the `synchronize: true`
+ * quick start (`entities: [IdempotencyKeyEntity]`). Production apps should
+ * use `createIdempotencyKeysMigration()` instead.
+ */
+export function createIdempotencyKeyEntity(tableName: string = DEFAULT_TABLE_NAME): EntitySchema<IdempotencyKeyRecord> {
+  const bare = tableName.split('.').pop() ?? tableName;
+  const schema = tableName.includes('.') ? tableName.slice(0, tableName.lastIndexOf('.')) : undefined;
+  return new EntitySchema<IdempotencyKeyRecord>({
+    name: `IdempotencyKey:${tableName}`,
+    tableName: bare,
+    schema,
+    columns: {
+      tenantId: { name: 'tenant_id', type: 'text', primary: true },
+      key: { name: 'key', type: 'text', primary: true },
+      fingerprint: { type: 'text' },
+      status: { type: 'text' },
+      ownerToken: { name: 'owner_token', type: 'uuid' },
+      attempt: { type: 'integer', default: 1 },
+      leaseExpiresAt: { name: 'lease_expires_at', type: 'timestamptz' },
+      expiresAt: { name: 'expires_at', type: 'timestamptz' },
+      createdAt: { name: 'created_at', type: 'timestamptz', default: () => 'now()' },
+      completedAt: { name: 'completed_at', type: 'timestamptz', nullable: true },
+      responseStatus: { name: 'response_status', type: 'integer', nullable: true },
+      responseHeaders: { name: 'response_headers', type: 'jsonb', nullable: true },
+      responseBody: { name: 'response_body', type: 'bytea', nullable: true },
+    },
+    checks: [{ expression: `"status" IN ('in_flight', 'completed')` }],
+    indices: [{ name: `${bare}_expires_at_idx`, columns: ['expiresAt'] }],
+  });
+}
+
+export const IdempotencyKeyEntity = createIdempotencyKeyEntity();

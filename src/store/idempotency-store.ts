@@ -1,0 +1,81 @@
+/** One stored response: what a replay sends back. Header names are lower case. */
+export interface StoredResponse {
+  status: number;
+  headers: Array<[name: string, value: string]>;
+  /** The body bytes exactly as first sent; `null` when there was no body at all. */
+  body: Buffer | null;
+}
+
+/** Identifies a claim: the key in its tenant, and the token of the attempt that owns it. */
+export interface ClaimRef {
+  tenant: string;
+  key: string;
+  ownerToken: string;
+}
+
+export interface ClaimRequest extends ClaimRef {
+  fingerprint: string;
+  leaseMs: number;
+  ttlMs: number;
+}
+
+/**
+ * The state of the key as the claim found it (CONTRACT A3).
+ * - `claimed`: this attempt owns the key (new, expired, or taken over).
+ * - `in-flight`: another attempt holds a valid lease.
+ * - `completed`: a stored response exists for the same fingerprint.
+ * - `mismatch`: the key is in use by a request with another fingerprint.
+ */
+export type ClaimResult =
+  | { state: 'claimed'; attempt: number }
+  | { state: 'in-flight'; retryAfterSeconds: number }
+  | { state: 'completed'; response: StoredResponse }
+  | { state: 'mismatch' };
+
+export interface SweepOptions {
+  batchSize: number;
+  maxDurationMs: number;
+}
+
+export interface SweepResult {
+  /** False when another process held the sweep lock, so this call did nothing. */
+  ran: boolean;
+  deleted: number;
+  batches: number;
+  durationMs: number;
+}
+
+/**
+ * Where keys live. Abstract class rather than interface so it doubles as the
+ * DI token: `providers: [{ provide: IdempotencyStore, useClass: MyStore }]`.
+ *
+ * Implementations must make `claim` a single atomic step committed on its own,
+ * and fence `complete` by the owner token so that an attempt whose key was
+ * taken over can never write its response.
+ *
+ * @typeParam Tx the transaction handle handed to the work (for the TypeORM
+ *   store, an `EntityManager`).
+ */
+export abstract class IdempotencyStore<Tx = unknown> {
+  /** Claims the key or reports its state, in one round trip when possible. */
+  abstract claim(request: ClaimRequest): Promise<ClaimResult>;
+
+  /** Runs `work` in one database transaction; commits if it resolves, rolls back if it throws. */
+  abstract transaction<T>(work: (tx: Tx) => Promise<T>): Promise<T>;
+
+  /**
+   * Marks the key completed with `response`, only if `ref.ownerToken` still
+   * owns it. With `tx`, the write joins that transaction. Resolves to false
+   * when the fence failed (the key was taken over or released).
+   */
+  abstract complete(ref: ClaimRef, response: StoredResponse, ttlMs: number, tx?: Tx): Promise<boolean>;
+
+  /** Deletes the claim if `ref.ownerToken` still owns it and it is in flight. */
+  abstract release(ref: ClaimRef): Promise<boolean>;
+
+  /** Deletes expired records in bounded batches; at most one process sweeps at a time. */
+  abstract sweep(options: SweepOptions): Promise<SweepResult>;
+
+  /** Whether `error` means the store cannot be reached (answered 503), rather than a bug. */
+  abstract isUnavailableError(error: unknown): boolean;
+}

@@ -1,0 +1,230 @@
+import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
+import {
+  IdempotencyStore,
+  type ClaimRef,
+  type ClaimRequest,
+  type ClaimResult,
+  type StoredResponse,
+  type SweepOptions,
+  type SweepResult,
+} from './idempotency-store.js';
+import { quoteTableName } from './sql.js';
+
+interface ClaimRow {
+  state: 'claimed' | 'in_flight' | 'completed' | 'mismatch' | 'retry';
+  attempt: number;
+  retry_after: number | null;
+  response_status: number | null;
+  response_headers: Array<[string, string]> | null;
+  response_body: Buffer | null;
+}
+
+/** How many times a claim re-reads a row that changed under its statement snapshot. */
+const CLAIM_ATTEMPTS = 3;
+
+/** SQLSTATE classes and codes that mean "the database is not there", not "the query is wrong". */
+const UNAVAILABLE_SQLSTATES = new Set(['57P01', '57P02', '57P03', '53300', '53100', '08000', '08001', '08003', '08004', '08006', '08007']);
+const UNAVAILABLE_ERRNOS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', 'EAI_AGAIN', 'ENETUNREACH']);
+const UNAVAILABLE_MESSAGES = [
+  'Connection terminated',
+  'timeout exceeded when trying to connect',
+  'Client has encountered a connection error',
+  'Cannot use a pool after calling end',
+  'Connection is not established',
+  'the database system is',
+];
+
+/**
+ * The key store on PostgreSQL through a TypeORM `DataSource`. Every statement
+ * is plain SQL with positional parameters, so it works unchanged through
+ * PgBouncer in transaction pooling (no named prepared statements, no session
+ * state). All time comparisons use the database clock.
+ */
+export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
+  private readonly table: string;
+  private readonly claimSql: string;
+  private readonly completeSql: string;
+  private readonly releaseSql: string;
+  private readonly sweepBatchSql: string;
+  private readonly sweepLockKey: string;
+
+  constructor(
+    private readonly dataSource: DataSource,
+    tableName: string,
+  ) {
+    super();
+    this.table = quoteTableName(tableName);
+    this.sweepLockKey = `nest-idempotency:sweep:${tableName}`;
+    const t = this.table;
+    // One statement answers every cell of the state table. The INSERT takes
+    // the key when it is absent, expired, or in flight with a lapsed lease and
+    // the same fingerprint; otherwise the SELECT reports the row as it is.
+    // The SELECT runs on the statement's snapshot, which can predate a row
+    // that a concurrent claim committed while this one waited on its lock:
+    // such rows come back as 'retry' (or not at all) and are read again.
+    this.claimSql = `
+      WITH claimed AS (
+        INSERT INTO ${t} AS k
+          (tenant_id, key, fingerprint, status, owner_token, attempt, lease_expires_at, expires_at, created_at)
+        VALUES ($1, $2, $3, 'in_flight', $4, 1,
+                now() + interval '1 millisecond' * $5::float8,
+                now() + interval '1 millisecond' * $6::float8, now())
+        ON CONFLICT (tenant_id, key) DO UPDATE SET
+          fingerprint = EXCLUDED.fingerprint,
+          status = 'in_flight',
+          owner_token = EXCLUDED.owner_token,
+          attempt = CASE WHEN k.expires_at <= now() THEN 1 ELSE k.attempt + 1 END,
+          lease_expires_at = EXCLUDED.lease_expires_at,
+          expires_at = EXCLUDED.expires_at,
+          created_at = now(),
+          completed_at = NULL,
+          response_status = NULL,
+          response_headers = NULL,
+          response_body = NULL
+        WHERE NOT (k.status = 'in_flight' AND k.lease_expires_at > now())
+          AND (k.expires_at <= now() OR (k.status = 'in_flight' AND k.fingerprint = EXCLUDED.fingerprint))
+        RETURNING k.attempt
+      )
+      SELECT 'claimed' AS state, attempt, NULL::int AS retry_after,
+             NULL::int AS response_status, NULL::jsonb AS response_headers, NULL::bytea AS response_body
+        FROM claimed
+      UNION ALL
+      SELECT CASE
+               WHEN e.status = 'in_flight' AND e.lease_expires_at > now()
+                 THEN CASE WHEN e.fingerprint = $3 THEN 'in_flight' ELSE 'mismatch' END
+               WHEN e.expires_at <= now() THEN 'retry'
+               WHEN e.fingerprint <> $3 THEN 'mismatch'
+               WHEN e.status = 'completed' THEN 'completed'
+               ELSE 'retry'
+             END,
+             e.attempt,
+             GREATEST(1, CEIL(EXTRACT(EPOCH FROM (e.lease_expires_at - now()))))::int,
+             e.response_status,
+             CASE WHEN e.fingerprint = $3 AND e.status = 'completed' THEN e.response_headers END,
+             CASE WHEN e.fingerprint = $3 AND e.status = 'completed' THEN e.response_body END
+        FROM ${t} e
+       WHERE e.tenant_id = $1 AND e.key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)`;
+    this.completeSql = `
+      UPDATE ${t}
+         SET status = 'completed', response_status = $4, response_headers = $5::jsonb, response_body = $6,
+             completed_at = now(), expires_at = now() + interval '1 millisecond' * $7::float8
+       WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'`;
+    this.releaseSql = `
+      DELETE FROM ${t} WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'`;
+    // Locks the batch with SKIP LOCKED so a claim racing on one of these keys
+    // is never waited on, and re-checks expiry on the locked row version.
+    this.sweepBatchSql = `
+      WITH doomed AS (
+        SELECT tenant_id, key FROM ${t}
+         WHERE expires_at <= now() AND NOT (status = 'in_flight' AND lease_expires_at > now())
+         LIMIT $1
+         FOR UPDATE SKIP LOCKED
+      )
+      DELETE FROM ${t} AS k USING doomed
+       WHERE k.tenant_id = doomed.tenant_id AND k.key = doomed.key
+         AND k.expires_at <= now() AND NOT (k.status = 'in_flight' AND k.lease_expires_at > now())`;
+  }
+
+  async claim(request: ClaimRequest): Promise<ClaimResult> {
+    const params = [request.tenant, request.key, request.fingerprint, request.ownerToken, request.leaseMs, request.ttlMs];
+    for (let attempt = 1; attempt <= CLAIM_ATTEMPTS; attempt++) {
+      const rows = (await this.dataSource.query(this.claimSql, params)) as ClaimRow[];
+      const row = rows[0];
+      if (!row || row.state === 'retry') continue;
+      switch (row.state) {
+        case 'claimed':
+          return { state: 'claimed', attempt: row.attempt };
+        case 'in_flight':
+          return { state: 'in-flight', retryAfterSeconds: row.retry_after ?? 1 };
+        case 'mismatch':
+          return { state: 'mismatch' };
+        case 'completed':
+          return {
+            state: 'completed',
+            response: {
+              status: row.response_status ?? 200,
+              headers: row.response_headers ?? [],
+              body: row.response_body,
+            },
+          };
+      }
+    }
+    // The row kept changing under us: another attempt is working on this key.
+    return { state: 'in-flight', retryAfterSeconds: 1 };
+  }
+
+  transaction<T>(work: (tx: EntityManager) => Promise<T>): Promise<T> {
+    return this.dataSource.transaction(work);
+  }
+
+  async complete(ref: ClaimRef, response: StoredResponse, ttlMs: number, tx?: EntityManager): Promise<boolean> {
+    const params = [
+      ref.tenant,
+      ref.key,
+      ref.ownerToken,
+      response.status,
+      JSON.stringify(response.headers),
+      response.body,
+      ttlMs,
+    ];
+    return (await this.execute(this.completeSql, params, tx?.queryRunner)) === 1;
+  }
+
+  async release(ref: ClaimRef): Promise<boolean> {
+    return (await this.execute(this.releaseSql, [ref.tenant, ref.key, ref.ownerToken])) === 1;
+  }
+
+  /**
+   * One lock-holding transaction on its own connection guards the whole run,
+   * while each batch commits on its own, so deleted rows are released at once
+   * and claims never wait behind a long sweep. `pg_try_advisory_xact_lock`
+   * keeps this correct behind PgBouncer in transaction pooling, and a crashed
+   * sweeper's lock goes with its connection.
+   */
+  async sweep(options: SweepOptions): Promise<SweepResult> {
+    const started = Date.now();
+    const lockRunner = this.dataSource.createQueryRunner();
+    let batches = 0;
+    let deleted = 0;
+    try {
+      await lockRunner.startTransaction();
+      const [{ locked }] = (await lockRunner.query('SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)) AS locked', [
+        this.sweepLockKey,
+      ])) as Array<{ locked: boolean }>;
+      if (!locked) return { ran: false, deleted: 0, batches: 0, durationMs: Date.now() - started };
+      while (Date.now() - started < options.maxDurationMs) {
+        const count = await this.execute(this.sweepBatchSql, [options.batchSize]);
+        batches++;
+        deleted += count;
+        if (count < options.batchSize) break;
+      }
+      return { ran: true, deleted, batches, durationMs: Date.now() - started };
+    } finally {
+      if (lockRunner.isTransactionActive) await lockRunner.rollbackTransaction().catch(() => undefined);
+      await lockRunner.release();
+    }
+  }
+
+  isUnavailableError(error: unknown): boolean {
+    for (let current: unknown = error, depth = 0; current && depth < 5; depth++) {
+      if (typeof current !== 'object') return false;
+      const { code, message } = current as { code?: unknown; message?: unknown };
+      if (typeof code === 'string' && (UNAVAILABLE_SQLSTATES.has(code) || UNAVAILABLE_ERRNOS.has(code))) return true;
+      if (typeof message === 'string' && UNAVAILABLE_MESSAGES.some((m) => message.includes(m))) return true;
+      const next = current as { driverError?: unknown; cause?: unknown };
+      current = next.driverError ?? next.cause;
+    }
+    return false;
+  }
+
+  /** Runs a write and returns the number of rows it affected, in `runner`'s transaction if given. */
+  private async execute(sql: string, params: unknown[], runner?: QueryRunner): Promise<number> {
+    if (runner) return ((await runner.query(sql, params, true)) as { affected?: number }).affected ?? 0;
+    const own = this.dataSource.createQueryRunner();
+    try {
+      return ((await own.query(sql, params, true)) as { affected?: number }).affected ?? 0;
+    } finally {
+      await own.release();
+    }
+  }
+}

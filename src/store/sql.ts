@@ -1,0 +1,36 @@
+/** Quotes a possibly schema-qualified table name (`schema.table`) as SQL identifiers. */
+export function quoteTableName(name: string): string {
+  return name
+    .split('.')
+    .map((part) => `"${part.replace(/"/g, '""')}"`)
+    .join('.');
+}
+
+/**
+ * The row-level DDL of the key table, shared by the migration and the
+ * documentation so they cannot drift. `expires_at` carries the sweeper's index.
+ */
+export function createTableStatements(tableName: string): string[] {
+  const table = quoteTableName(tableName);
+  // An index always lives in its table's schema, so its name is never qualified.
+  const indexName = quoteTableName(`${tableName.split('.').pop()}_expires_at_idx`);
+  return [
+    `CREATE TABLE IF NOT EXISTS ${table} (
+      tenant_id text NOT NULL,
+      key text NOT NULL,
+      fingerprint text NOT NULL,
+      status text NOT NULL CHECK (status IN ('in_flight', 'completed')),
+      owner_token uuid NOT NULL,
+      attempt integer NOT NULL DEFAULT 1,
+      lease_expires_at timestamptz NOT NULL,
+      expires_at timestamptz NOT NULL,
+      created_at timestamptz NOT NULL DEFAULT now(),
+      completed_at timestamptz,
+      response_status integer,
+      response_headers jsonb,
+      response_body bytea,
+      PRIMARY KEY (tenant_id, key)
+    )`,
+    `CREATE INDEX IF NOT EXISTS ${indexName} ON ${table} (expires_at)`,
+  ];
+}

@@ -1,0 +1,98 @@
+import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
+import { IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
+import { IdempotencyConfigurationError } from '../errors/configuration.error.js';
+import { messages } from '../errors/messages.js';
+import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
+import { IdempotencyStore, type SweepResult } from '../store/idempotency-store.js';
+
+/** What the last run of the sweeper in this process did. */
+export interface SweepReport extends SweepResult {
+  finishedAt: Date;
+  error?: unknown;
+}
+
+/**
+ * Deletes expired keys on a schedule registered at runtime with
+ * `@nestjs/schedule`'s `SchedulerRegistry` (an optional peer: loaded only when
+ * the sweeper is enabled). Correctness never depends on it: the claim treats
+ * an expired key as absent whether or not it was swept.
+ */
+@Injectable()
+export class IdempotencySweeper implements OnApplicationBootstrap, OnApplicationShutdown {
+  private readonly logger = new Logger('IdempotencySweeper');
+  private timer?: ReturnType<typeof setInterval>;
+  private running?: Promise<SweepReport>;
+  private registryCleanup?: () => void;
+  /** The figures of the last finished run in this process, if any. */
+  lastRun?: SweepReport;
+
+  constructor(
+    private readonly store: IdempotencyStore,
+    @Inject(IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
+    private readonly moduleRef: ModuleRef,
+  ) {}
+
+  async onApplicationBootstrap(): Promise<void> {
+    const sweep = this.options.sweep;
+    if (!sweep) return;
+    const registry = await this.schedulerRegistry();
+    const name = `nest-idempotency:sweep:${this.options.tableName}`;
+    this.timer = setInterval(() => void this.runOnce(), sweep.intervalMs);
+    this.timer.unref?.();
+    registry.addInterval(name, this.timer);
+    this.registryCleanup = () => {
+      if (registry.doesExist('interval', name)) registry.deleteInterval(name);
+    };
+  }
+
+  onApplicationShutdown(): Promise<unknown> | void {
+    this.registryCleanup?.();
+    if (this.timer) clearInterval(this.timer);
+    return this.running;
+  }
+
+  /**
+   * Runs one sweep now unless one is already running in this process (then
+   * resolves to that run). Across processes, the store lets one sweep at a time.
+   */
+  runOnce(): Promise<SweepReport> {
+    this.running ??= this.sweep().finally(() => (this.running = undefined));
+    return this.running;
+  }
+
+  private async sweep(): Promise<SweepReport> {
+    const sweep = this.options.sweep || { batchSize: 1000, maxDurationMs: 10_000 };
+    try {
+      const result = await this.store.sweep({ batchSize: sweep.batchSize, maxDurationMs: sweep.maxDurationMs });
+      this.lastRun = { ...result, finishedAt: new Date() };
+      if (result.ran) {
+        this.logger.log(`Swept ${result.deleted} expired keys in ${result.batches} batches, ${result.durationMs} ms.`);
+      } else {
+        this.logger.debug('Another process is sweeping; skipped.');
+      }
+    } catch (error) {
+      this.lastRun = { ran: false, deleted: 0, batches: 0, durationMs: 0, finishedAt: new Date(), error };
+      this.logger.warn(`Sweep failed: ${error instanceof Error ? error.message : String(error)}`);
+    }
+    return this.lastRun;
+  }
+
+  private async schedulerRegistry(): Promise<{
+    addInterval(name: string, interval: ReturnType<typeof setInterval>): void;
+    deleteInterval(name: string): void;
+    doesExist(type: 'interval', name: string): boolean;
+  }> {
+    let schedule: typeof import('@nestjs/schedule');
+    try {
+      schedule = await import('@nestjs/schedule');
+    } catch {
+      throw new IdempotencyConfigurationError(messages.config.scheduleMissing);
+    }
+    try {
+      return this.moduleRef.get(schedule.SchedulerRegistry, { strict: false });
+    } catch {
+      throw new IdempotencyConfigurationError(messages.config.scheduleMissing);
+    }
+  }
+}

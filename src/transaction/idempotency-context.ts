@@ -1,0 +1,22 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import type { EntityManager } from 'typeorm';
+
+/** What an idempotent execution carries through its async calls. */
+export interface IdempotencyExecutionContext {
+  /** The transaction's manager while the work runs; the plain manager outside one. */
+  manager: EntityManager;
+  /** Whether this is a transaction opened for an idempotent execution. */
+  transactional: boolean;
+  /**
+   * Set when the route handler's own body starts. A failure before that (a
+   * validation pipe, another interceptor) means nothing ran, so the key is
+   * released rather than stored.
+   */
+  handlerStarted: boolean;
+}
+
+/**
+ * One store per process: the handler and every service it calls find the
+ * request's transaction here without threading it through their signatures.
+ */
+export const idempotencyContext = new AsyncLocalStorage<IdempotencyExecutionContext>();

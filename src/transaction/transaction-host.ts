@@ -1,0 +1,24 @@
+import { Inject, Injectable } from '@nestjs/common';
+import type { DataSource, EntityManager } from 'typeorm';
+import { IDEMPOTENCY_DATA_SOURCE } from '../idempotency.constants.js';
+import { idempotencyContext } from './idempotency-context.js';
+
+/**
+ * Gives services the `EntityManager` of the current idempotent request's
+ * transaction. Writes made through `manager` commit or roll back together with
+ * the key's "completed" marker. Outside an idempotent execution it falls back
+ * to the data source's own manager (each write commits on its own).
+ */
+@Injectable()
+export class TransactionHost {
+  constructor(@Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: DataSource) {}
+
+  get manager(): EntityManager {
+    return idempotencyContext.getStore()?.manager ?? this.dataSource.manager;
+  }
+
+  /** True while running inside an idempotent execution's transaction. */
+  get isTransactional(): boolean {
+    return idempotencyContext.getStore()?.transactional ?? false;
+  }
+}
