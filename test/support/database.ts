@@ -1,0 +1,83 @@
+import pg from 'pg';
+import { DataSource, type DataSourceOptions, type Logger as TypeOrmLogger } from 'typeorm';
+import { createTableStatements } from '../../src/store/sql.js';
+
+export function databaseUrl(): string {
+  const url = process.env.DATABASE_URL;
+  if (!url) throw new Error('DATABASE_URL is not set: run the tests through jest, whose global setup provides one.');
+  return url;
+}
+
+/**
+ * Gives a spec file a schema of its own, so spec files can run in parallel
+ * against one database. Returns its name after (re)creating it empty.
+ */
+export async function freshSchema(name: string): Promise<string> {
+  const schema = `t_${name.replace(/[^a-z0-9_]/gi, '_').toLowerCase()}`;
+  const client = new pg.Client({ connectionString: databaseUrl() });
+  await client.connect();
+  try {
+    await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    await client.query(`CREATE SCHEMA "${schema}"`);
+  } finally {
+    await client.end();
+  }
+  return schema;
+}
+
+/** Counts the SQL statements a data source sends (the round trips of a path). */
+export class QueryCounter implements TypeOrmLogger {
+  queries: string[] = [];
+  logQuery(query: string): void {
+    this.queries.push(query.replace(/\s+/g, ' ').trim());
+  }
+  logQueryError(): void {}
+  logQuerySlow(): void {}
+  logSchemaBuild(): void {}
+  logMigration(): void {}
+  log(): void {}
+  reset(): void {
+    this.queries = [];
+  }
+}
+
+export function dataSourceOptions(
+  schema: string,
+  extra: Partial<{ url: string; logger: TypeOrmLogger; poolSize: number }> = {},
+): DataSourceOptions {
+  return {
+    type: 'postgres',
+    url: extra.url ?? databaseUrl(),
+    schema,
+    // Plain SQL (the key table) resolves through search_path like entities do through `schema`.
+    extra: { options: `-c search_path=${schema}`, max: extra.poolSize ?? 20, connectionTimeoutMillis: 5_000 },
+    logging: extra.logger ? ['query'] : false,
+    logger: extra.logger,
+  } as DataSourceOptions;
+}
+
+/** Creates the key table and the test's effect table in `schema`. */
+export async function createTables(schema: string, tableName = 'idempotency_keys'): Promise<void> {
+  const client = new pg.Client({ connectionString: databaseUrl(), options: `-c search_path=${schema}` });
+  await client.connect();
+  try {
+    for (const statement of createTableStatements(tableName)) await client.query(statement);
+    await client.query(`CREATE TABLE IF NOT EXISTS effects (
+      id bigserial PRIMARY KEY, tenant text NOT NULL, label text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`);
+  } finally {
+    await client.end();
+  }
+}
+
+/** A plain client on the test schema, for arranging and inspecting rows directly. */
+export async function sqlClient(schema: string): Promise<pg.Client> {
+  const client = new pg.Client({ connectionString: databaseUrl(), options: `-c search_path=${schema}` });
+  await client.connect();
+  return client;
+}
+
+export async function openDataSource(options: DataSourceOptions): Promise<DataSource> {
+  const dataSource = new DataSource(options);
+  await dataSource.initialize();
+  return dataSource;
+}

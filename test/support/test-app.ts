@@ -1,0 +1,294 @@
+import {
+  Body,
+  Controller,
+  Get,
+  Header,
+  HttpCode,
+  HttpException,
+  Injectable,
+  Module,
+  Param,
+  Post,
+  Redirect,
+  Res,
+  StreamableFile,
+  ValidationPipe,
+  type INestApplication,
+} from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { ExpressAdapter } from '@nestjs/platform-express';
+import { FastifyAdapter } from '@nestjs/platform-fastify';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import { IsInt, IsString, Max, Min } from 'class-validator';
+import type { EntityManager, Logger as TypeOrmLogger } from 'typeorm';
+import {
+  Idempotent,
+  IdempotencyModule,
+  SkipIdempotency,
+  TransactionHost,
+  TxManager,
+  type IdempotencyModuleOptions,
+} from '../../src/index.js';
+import { dataSourceOptions } from './database.js';
+
+export type AdapterName = 'express' | 'fastify';
+export const ADAPTERS: AdapterName[] = ['express', 'fastify'];
+
+/** What the handlers did, as seen from inside the process. */
+export class Probe {
+  invocations = new Map<string, number>();
+  /** Per-label queue of delays (ms) consumed by successive invocations of `/slow`. */
+  delays = new Map<string, number[]>();
+
+  count(label: string): number {
+    return this.invocations.get(label) ?? 0;
+  }
+  record(label: string): void {
+    this.invocations.set(label, this.count(label) + 1);
+  }
+  nextDelay(label: string): number {
+    return this.delays.get(label)?.shift() ?? 0;
+  }
+}
+
+@Injectable()
+class Ledger {
+  constructor(private readonly tx: TransactionHost) {}
+
+  /** Writes one effect row through the request's transaction, found via AsyncLocalStorage. */
+  async write(tenant: string, label: string): Promise<string> {
+    const [row] = (await this.tx.manager.query('INSERT INTO effects (tenant, label) VALUES ($1, $2) RETURNING id', [
+      tenant,
+      label,
+    ])) as Array<{ id: string }>;
+    return row.id;
+  }
+}
+
+class ChargeDto {
+  @IsInt() @Min(1) @Max(1000) amount!: number;
+  @IsString() label!: string;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const tenantOf = (body: { tenant?: string } | undefined) => body?.tenant ?? 'none';
+
+function controllers(probe: Probe) {
+  @Controller()
+  class EffectsController {
+    constructor(private readonly ledger: Ledger) {}
+
+    @Post('items')
+    @Idempotent()
+    async create(@Body() body: { label: string; tenant?: string }) {
+      probe.record(body.label);
+      const id = await this.ledger.write(tenantOf(body), body.label);
+      return { id, label: body.label, note: body };
+    }
+
+    @Post('slow')
+    @Idempotent()
+    async slow(@Body() body: { label: string }, @TxManager() manager: EntityManager) {
+      probe.record(body.label);
+      await manager.query('INSERT INTO effects (tenant, label) VALUES ($1, $2)', ['slow', body.label]);
+      await sleep(probe.nextDelay(body.label));
+      return { label: body.label, attempt: probe.count(body.label) };
+    }
+
+    @Post('short-lease')
+    @Idempotent({ lease: 600, ttl: '1h' })
+    async shortLease(@Body() body: { label: string; fail?: boolean }) {
+      probe.record(body.label);
+      await this.ledger.write('short', body.label);
+      await sleep(probe.nextDelay(body.label));
+      if (body.fail) throw new Error('provider exploded');
+      return { label: body.label, attempt: probe.count(body.label) };
+    }
+
+    @Post('decline')
+    @Idempotent()
+    async decline(@Body() body: { label: string }) {
+      probe.record(body.label);
+      await this.ledger.write('decline', body.label);
+      throw new HttpException({ type: 'card_declined', message: 'Your card was declined.' }, 402);
+    }
+
+    @Post('boom')
+    @Idempotent({ lease: 800, ttl: '1h' })
+    async boom(@Body() body: { label: string }) {
+      probe.record(body.label);
+      await this.ledger.write('boom', body.label);
+      throw new Error('unexpected failure');
+    }
+
+    @Post('boom-release')
+    @Idempotent({ onError: 'release' })
+    async boomRelease(@Body() body: { label: string }) {
+      probe.record(body.label);
+      await this.ledger.write('boom', body.label);
+      throw new Error('unexpected failure');
+    }
+
+    @Post('validated')
+    @Idempotent()
+    async validated(@Body(new ValidationPipe({ whitelist: true })) body: ChargeDto) {
+      probe.record(body.label);
+      await this.ledger.write('validated', body.label);
+      return { amount: body.amount, label: body.label };
+    }
+
+    @Post('unicode')
+    @Idempotent()
+    unicode(@Body() body: { label: string }) {
+      probe.record(body.label);
+      return { text: 'nul:\u0000 emoji:🦄 rtl:שלום cjk:漢字 lone:\ud800 quote:" slash:\\', order: { z: 1, a: 2 }, label: body.label };
+    }
+
+    @Post('text')
+    @Idempotent()
+    text(@Body() body: { label: string }) {
+      probe.record(body.label);
+      return `plain text for ${body.label} ✓`;
+    }
+
+    @Post('empty')
+    @Idempotent()
+    @HttpCode(204)
+    async empty(@Body() body: { label: string }) {
+      probe.record(body.label);
+      await this.ledger.write('empty', body.label);
+    }
+
+    @Post('buffer')
+    @Idempotent()
+    buffer(@Body() body: { label: string }) {
+      probe.record(body.label);
+      return Buffer.from([0x00, 0xff, 0xfe, 0x80, 0x0a, 0x0d, ...Buffer.from(body.label)]);
+    }
+
+    @Post('located')
+    @Idempotent({ required: true })
+    @HttpCode(202)
+    @Header('Location', '/items/42')
+    @Header('ETag', '"v1"')
+    @Header('X-Not-Stored', 'per-response')
+    located(@Body() body: { label: string }, @Res({ passthrough: true }) res: { cookie?: unknown; header?: unknown }) {
+      probe.record(body.label);
+      setHeader(res, 'Set-Cookie', 'session=secret');
+      setHeader(res, 'X-Custom-Replayed', 'yes');
+      return { accepted: body.label };
+    }
+
+    @Post('redirect')
+    @Idempotent()
+    @Redirect('/somewhere', 303)
+    redirect(@Body() body: { label: string }) {
+      probe.record(body.label);
+      return { url: `/charges/${body.label}` };
+    }
+
+    @Post('stream')
+    @Idempotent()
+    stream(@Body() body: { label: string }) {
+      probe.record(body.label);
+      return new StreamableFile(Buffer.from('streamed'));
+    }
+
+    @Post('raw-response')
+    @Idempotent()
+    rawResponse(@Body() body: { label: string }, @Res() res: unknown) {
+      probe.record(body.label);
+      void res;
+    }
+
+    @Post('optional')
+    @Idempotent({ required: false })
+    async optional(@Body() body: { label: string }, @TxManager() manager: EntityManager) {
+      probe.record(body.label);
+      await manager.query('INSERT INTO effects (tenant, label) VALUES ($1, $2)', ['optional', body.label]);
+      return { label: body.label };
+    }
+
+    @Post('custom-fingerprint')
+    @Idempotent({ fingerprint: (ctx) => (ctx.switchToHttp().getRequest<{ body: { amount: number } }>().body).amount })
+    customFingerprint(@Body() body: { label: string; amount: number }) {
+      probe.record(body.label);
+      return { label: body.label, amount: body.amount };
+    }
+
+    @Post('plain/:label')
+    notIdempotent(@Param('label') label: string) {
+      probe.record(label);
+      return { label };
+    }
+  }
+
+  @Controller('scoped')
+  @Idempotent()
+  class ScopedController {
+    @Post('on')
+    on(@Body() body: { label: string }) {
+      probe.record(body.label);
+      return { label: body.label, at: probe.count(body.label) };
+    }
+
+    @Post('off')
+    @SkipIdempotency()
+    off(@Body() body: { label: string }) {
+      probe.record(body.label);
+      return { label: body.label, at: probe.count(body.label) };
+    }
+
+    @Get('health')
+    @Idempotent({ required: false })
+    health() {
+      return { ok: true };
+    }
+  }
+
+  return [EffectsController, ScopedController];
+}
+
+function setHeader(res: unknown, name: string, value: string): void {
+  const r = res as { header?: (n: string, v: string) => void; setHeader?: (n: string, v: string) => void };
+  if (typeof (r as { code?: unknown }).code === 'function' && r.header) r.header(name, value);
+  else r.setHeader?.(name, value);
+}
+
+export interface TestApp {
+  app: INestApplication;
+  url: string;
+  probe: Probe;
+  close(): Promise<void>;
+}
+
+/** Boots the test API on a real port with the given adapter and module options. */
+export async function startTestApp(
+  adapter: AdapterName,
+  schema: string,
+  options: Partial<IdempotencyModuleOptions> = {},
+  extra: { logger?: TypeOrmLogger; url?: string; poolSize?: number } = {},
+): Promise<TestApp> {
+  const probe = new Probe();
+  @Module({
+    imports: [
+      TypeOrmModule.forRoot({ ...dataSourceOptions(schema, extra), retryAttempts: 0 }),
+      IdempotencyModule.forRoot({
+        tenant: (ctx) => ctx.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>().headers['x-tenant'],
+        sweep: false,
+        ...options,
+      }),
+    ],
+    controllers: controllers(probe),
+    providers: [Ledger],
+  })
+  class TestModule {}
+
+  const app =
+    adapter === 'express'
+      ? await NestFactory.create(TestModule, new ExpressAdapter(), { logger: false })
+      : await NestFactory.create(TestModule, new FastifyAdapter(), { logger: false });
+  await app.listen(0, '127.0.0.1');
+  const url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+  return { app, url, probe, close: () => app.close() };
+}
