@@ -7,7 +7,7 @@ import {
   type ExecutionContext,
   type NestInterceptor,
 } from '@nestjs/common';
-import { REDIRECT_METADATA, ROUTE_ARGS_METADATA, SSE_METADATA } from '@nestjs/common/constants.js';
+import { REDIRECT_METADATA, RESPONSE_PASSTHROUGH_METADATA, ROUTE_ARGS_METADATA, SSE_METADATA } from '@nestjs/common/constants.js';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import { defaultIfEmpty, lastValueFrom, of, type Observable } from 'rxjs';
@@ -261,16 +261,14 @@ interface RouteSettings {
 function unreplayableReason(context: ExecutionContext): string | undefined {
   const handler = context.getHandler();
   if (Reflect.getMetadata(SSE_METADATA, handler)) return 'it is a server-sent events stream';
-  const args = (Reflect.getMetadata(ROUTE_ARGS_METADATA, context.getClass(), handler.name) ?? {}) as Record<
-    string,
-    { data?: unknown }
-  >;
-  for (const [key, meta] of Object.entries(args)) {
+  // The same test Nest applies to decide that the handler sends the response itself.
+  const args = (Reflect.getMetadata(ROUTE_ARGS_METADATA, context.getClass(), handler.name) ?? {}) as Record<string, unknown>;
+  const writesItself = Object.keys(args).some((key) => {
     const type = Number(key.split(':')[0]);
-    const passthrough = typeof meta.data === 'object' && meta.data !== null && (meta.data as { passthrough?: boolean }).passthrough;
-    if ((type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT) && !passthrough) {
-      return 'it writes the response itself through @Res() or @Next()';
-    }
+    return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT;
+  });
+  if (writesItself && !Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, context.getClass(), handler.name)) {
+    return 'it writes the response itself through @Res() or @Next()';
   }
   return undefined;
 }

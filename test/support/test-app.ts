@@ -276,6 +276,7 @@ export async function startTestApp(
       IdempotencyModule.forRoot({
         tenant: (ctx) => ctx.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>().headers['x-tenant'],
         sweep: false,
+        replayHeaders: ['X-Custom-Replayed'],
         ...options,
       }),
     ],
