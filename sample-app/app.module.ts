@@ -1,0 +1,61 @@
+import { Module, ValidationPipe, type DynamicModule } from '@nestjs/common';
+import { APP_GUARD, APP_PIPE } from '@nestjs/core';
+import { ScheduleModule } from '@nestjs/schedule';
+import { TerminusModule } from '@nestjs/terminus';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import { DataSource } from 'typeorm';
+import { IdempotencyModule } from '../src/index.js';
+import { API_KEYS, ApiKeyGuard } from './auth/api-key.guard.js';
+import type { AuthenticatedRequest } from './auth/authenticated-request.js';
+import { ChargesModule } from './charges/charges.module.js';
+import type { SampleConfig } from './config.js';
+import { dataSourceOptions } from './database/data-source-options.js';
+import { runMigrationsSerialised } from './database/migrate.js';
+import { HealthController } from './health/health.controller.js';
+
+export type AppModuleConfig = SampleConfig & { databaseUrl: string };
+
+@Module({})
+export class AppModule {
+  static forRoot(config: AppModuleConfig): DynamicModule {
+    return {
+      module: AppModule,
+      imports: [
+        TypeOrmModule.forRootAsync({
+          useFactory: () => ({ ...dataSourceOptions(config.databaseUrl, config.databaseSchema), retryAttempts: 3, retryDelay: 1_000 }),
+          dataSourceFactory: async (options) => {
+            const dataSource = await new DataSource(options!).initialize();
+            try {
+              await runMigrationsSerialised(dataSource, config.databaseSchema);
+            } catch (error) {
+              await dataSource.destroy();
+              throw error;
+            }
+            return dataSource;
+          },
+        }),
+        // The module's sweeper registers its interval with @nestjs/schedule.
+        ScheduleModule.forRoot(),
+        IdempotencyModule.forRoot({
+          // ApiKeyGuard (a global guard) runs before the module's interceptor and sets the tenant.
+          tenant: (context) => context.switchToHttp().getRequest<AuthenticatedRequest>().tenant,
+          lease: config.leaseMs,
+          ttl: config.ttlMs,
+          sweep: { interval: config.sweepIntervalMs },
+        }),
+        TerminusModule,
+        ChargesModule,
+      ],
+      controllers: [HealthController],
+      providers: [
+        { provide: API_KEYS, useValue: config.apiKeys },
+        { provide: APP_GUARD, useClass: ApiKeyGuard },
+        {
+          provide: APP_PIPE,
+          // A rejected body answers 400 before the handler starts, so the module releases the key.
+          useValue: new ValidationPipe({ whitelist: true, forbidNonWhitelisted: true, transform: true }),
+        },
+      ],
+    };
+  }
+}

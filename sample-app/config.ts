@@ -1,0 +1,104 @@
+export type HttpAdapterName = 'express' | 'fastify';
+
+/** Everything the sample app reads from its environment, parsed and checked once at start. */
+export interface SampleConfig {
+  /** `PORT`, default 3000. */
+  port: number;
+  /** `HTTP_ADAPTER`, default `express`. */
+  httpAdapter: HttpAdapterName;
+  /** `DATABASE_URL`; when unset, `main.ts` starts an embedded PostgreSQL server and fills this in. */
+  databaseUrl?: string;
+  /**
+   * Schema holding the app's tables; unset means the server's default (`public`).
+   * Not read from the environment: tests use it to keep their tables apart.
+   */
+  databaseSchema?: string;
+  /** `IDEMPOTENCY_LEASE_MS`; unset keeps the module's default (30 s). */
+  leaseMs?: number;
+  /** `IDEMPOTENCY_TTL_MS`; unset keeps the module's default (24 h). */
+  ttlMs?: number;
+  /** `IDEMPOTENCY_SWEEP_INTERVAL_MS`; unset keeps the module's default (60 s). */
+  sweepIntervalMs?: number;
+  /** `SAMPLE_API_KEYS` (`key:tenant,key:tenant`): API key to tenant. */
+  apiKeys: ReadonlyMap<string, string>;
+  /** `SHUTDOWN_TIMEOUT_MS`, default 10 s: how long a SIGTERM waits for in-flight requests. */
+  shutdownTimeoutMs: number;
+  /** Whether Nest logs; tests turn it off. */
+  logger: boolean;
+}
+
+export const DEFAULT_API_KEYS = 'demo-key-tenant-a:tenant-a,demo-key-tenant-b:tenant-b';
+
+/** Thrown for a bad environment variable; the message names the variable and what it accepts. */
+export class SampleConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'SampleConfigError';
+  }
+}
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): SampleConfig {
+  return {
+    port: integer(env, 'PORT', { min: 0, max: 65_535 }) ?? 3000,
+    httpAdapter: adapter(env.HTTP_ADAPTER),
+    databaseUrl: nonEmpty(env.DATABASE_URL),
+    leaseMs: integer(env, 'IDEMPOTENCY_LEASE_MS', { min: 1 }),
+    ttlMs: integer(env, 'IDEMPOTENCY_TTL_MS', { min: 1 }),
+    sweepIntervalMs: integer(env, 'IDEMPOTENCY_SWEEP_INTERVAL_MS', { min: 1 }),
+    apiKeys: parseApiKeys(nonEmpty(env.SAMPLE_API_KEYS) ?? DEFAULT_API_KEYS),
+    shutdownTimeoutMs: integer(env, 'SHUTDOWN_TIMEOUT_MS', { min: 0 }) ?? 10_000,
+    logger: true,
+  };
+}
+
+/** Parses `key:tenant,key:tenant`. A tenant may hold several keys; a key belongs to one tenant. */
+export function parseApiKeys(value: string): Map<string, string> {
+  const keys = new Map<string, string>();
+  for (const entry of value.split(',')) {
+    const trimmed = entry.trim();
+    if (trimmed === '') continue;
+    // The last colon separates, so a key may itself contain colons.
+    const separator = trimmed.lastIndexOf(':');
+    const key = separator < 0 ? '' : trimmed.slice(0, separator).trim();
+    const tenant = separator < 0 ? '' : trimmed.slice(separator + 1).trim();
+    if (key === '' || tenant === '') {
+      throw new SampleConfigError(`SAMPLE_API_KEYS: "${redact(trimmed)}" is not of the form key:tenant.`);
+    }
+    if (/\s/.test(key)) throw new SampleConfigError(`SAMPLE_API_KEYS: the key for tenant "${tenant}" contains whitespace.`);
+    if (keys.has(key) && keys.get(key) !== tenant) {
+      throw new SampleConfigError(`SAMPLE_API_KEYS: one key is listed for two tenants ("${keys.get(key)}" and "${tenant}").`);
+    }
+    keys.set(key, tenant);
+  }
+  if (keys.size === 0) throw new SampleConfigError('SAMPLE_API_KEYS: no key:tenant pair given.');
+  return keys;
+}
+
+function adapter(value: string | undefined): HttpAdapterName {
+  const name = nonEmpty(value)?.toLowerCase() ?? 'express';
+  if (name !== 'express' && name !== 'fastify') {
+    throw new SampleConfigError(`HTTP_ADAPTER must be "express" or "fastify", not "${value}".`);
+  }
+  return name;
+}
+
+function integer(env: NodeJS.ProcessEnv, name: string, range: { min: number; max?: number }): number | undefined {
+  const raw = nonEmpty(env[name]);
+  if (raw === undefined) return undefined;
+  const value = Number(raw);
+  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(value) || value < range.min || (range.max !== undefined && value > range.max)) {
+    const bounds = range.max === undefined ? `>= ${range.min}` : `${range.min}..${range.max}`;
+    throw new SampleConfigError(`${name} must be an integer ${bounds}, not "${raw}".`);
+  }
+  return value;
+}
+
+function nonEmpty(value: string | undefined): string | undefined {
+  const trimmed = value?.trim();
+  return trimmed ? trimmed : undefined;
+}
+
+/** Error messages may reach logs: show only the start of a would-be key. */
+function redact(entry: string): string {
+  return entry.length <= 4 ? '****' : `${entry.slice(0, 4)}…`;
+}

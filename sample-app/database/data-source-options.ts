@@ -1,0 +1,25 @@
+import type { DataSourceOptions } from 'typeorm';
+import { CreateIdempotencyKeys1764460800000 } from '../../src/index.js';
+import { ChargeEntity } from '../charges/charge.entity.js';
+import { CreateCharges1764460900000 } from '../migrations/1764460900000-create-charges.js';
+
+/** The app's TypeORM options: schema by migrations only, never `synchronize`. */
+export function dataSourceOptions(url: string, schema: string | undefined): DataSourceOptions {
+  return {
+    type: 'postgres',
+    url,
+    schema,
+    entities: [ChargeEntity],
+    // The module's migration for `idempotency_keys` beside the app's own.
+    migrations: [CreateIdempotencyKeys1764460800000, CreateCharges1764460900000],
+    // Run by runMigrationsSerialised() after initialisation, under a lock (see there).
+    migrationsRun: false,
+    synchronize: false,
+    extra: {
+      // The module's SQL and the migrations name tables unqualified: search_path places them in the schema.
+      ...(schema ? { options: `-c search_path="${schema.replace(/"/g, '""')}"` } : {}),
+      max: 20,
+      connectionTimeoutMillis: 5_000,
+    },
+  };
+}
