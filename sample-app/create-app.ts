@@ -15,13 +15,13 @@ export async function createSampleApp(config: AppModuleConfig): Promise<INestApp
   const module = AppModule.forRoot(config);
   const logger = config.logger ? undefined : false;
   if (config.httpAdapter === 'fastify') {
-    return NestFactory.create<NestFastifyApplication>(module, new FastifyAdapter(), {
+    return NestFactory.create<NestFastifyApplication>(module, new FastifyAdapter({ bodyLimit: BODY_LIMIT_BYTES }), {
       logger,
       abortOnError: false,
     });
   }
   const app = await NestFactory.create<NestExpressApplication>(module, new ExpressAdapter(), { logger, abortOnError: false });
   // Registered before init, so it replaces Express's default 100 kB JSON parser.
-  // app.useBodyParser('json', { limit: BODY_LIMIT_BYTES });
+  app.useBodyParser('json', { limit: BODY_LIMIT_BYTES });
   return app;
 }

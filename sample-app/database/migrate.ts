@@ -16,13 +16,13 @@ export async function runMigrationsSerialised(dataSource: DataSource, schema: st
   const lockHolder = dataSource.createQueryRunner();
   await lockHolder.connect();
   try {
-    // await lockHolder.query('SELECT pg_advisory_lock(hashtextextended($1, 0))', [lockName]);
+    await lockHolder.query('SELECT pg_advisory_lock(hashtextextended($1, 0))', [lockName]);
     try {
       const applied = await dataSource.runMigrations({ transaction: 'each' });
       return applied.map((migration) => migration.name);
     } finally {
       // Unlock before the connection goes back to the pool, or the lock would outlive the run.
-      // await lockHolder.query('SELECT pg_advisory_unlock(hashtextextended($1, 0))', [lockName]);
+      await lockHolder.query('SELECT pg_advisory_unlock(hashtextextended($1, 0))', [lockName]);
     }
   } finally {
     await lockHolder.release();

@@ -1,0 +1,170 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Test } from '@nestjs/testing';
+import { Injectable, Module } from '@nestjs/common';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import type pg from 'pg';
+import {
+  FingerprintMismatchError,
+  IdempotencyModule,
+  IdempotencyService,
+  KeyInFlightError,
+  TransactionHost,
+} from '../src/index.js';
+import { createTables, dataSourceOptions, freshSchema, QueryCounter, sqlClient } from './support/database.js';
+import { post } from './support/http.js';
+import { ADAPTERS, startTestApp } from './support/test-app.js';
+
+@Injectable()
+class Mailer {
+  constructor(private readonly tx: TransactionHost) {}
+  async record(label: string): Promise<void> {
+    await this.tx.manager.query('INSERT INTO effects (tenant, label) VALUES ($1, $2)', ['service', label]);
+  }
+}
+
+describe('IdempotencyService.execute without HTTP', () => {
+  let service: IdempotencyService;
+  let mailer: Mailer;
+  let db: pg.Client;
+  let close: () => Promise<void>;
+  let n = 0;
+  const fresh = () => `svc-${Date.now()}-${++n}`;
+
+  beforeAll(async () => {
+    const schema = await freshSchema('service');
+    await createTables(schema);
+    @Module({
+      imports: [
+        TypeOrmModule.forRoot({ ...dataSourceOptions(schema), retryAttempts: 0 }),
+        // forRootAsync, as an app reading its configuration would use it.
+        IdempotencyModule.forRootAsync({
+          useFactory: async () => ({ tenant: () => 'unused-for-execute', lease: '1s', ttl: '1h', sweep: false }),
+        }),
+      ],
+      providers: [Mailer],
+    })
+    class ConsumerModule {}
+    const moduleRef = await Test.createTestingModule({ imports: [ConsumerModule] }).compile();
+    await moduleRef.init();
+    service = moduleRef.get(IdempotencyService);
+    mailer = moduleRef.get(Mailer);
+    db = await sqlClient(schema);
+    close = () => moduleRef.close();
+  });
+  afterAll(async () => {
+    await close?.();
+    await db?.end();
+  });
+
+  const effects = async (label: string) =>
+    Number((await db.query('SELECT count(*) FROM effects WHERE label = $1', [label])).rows[0].count);
+
+  it('runs the work once for concurrent deliveries of one message; the others conflict or get the same result', async () => {
+    const label = fresh();
+    let runs = 0;
+    const deliveries = await Promise.allSettled(
+      Array.from({ length: 20 }, () =>
+        service.execute({ tenant: 'tenant-a', key: `msg-${label}`, payload: { label, n: 1 } }, async (manager) => {
+          runs++;
+          await manager.query('INSERT INTO effects (tenant, label) VALUES ($1, $2)', ['service', label]);
+          await new Promise((r) => setTimeout(r, 100));
+          return { sent: label, at: new Date(0) };
+        }),
+      ),
+    );
+    expect(runs).toBe(1);
+    expect(await effects(label)).toBe(1);
+    for (const d of deliveries) {
+      if (d.status === 'fulfilled') expect(d.value).toEqual({ sent: label, at: '1970-01-01T00:00:00.000Z' });
+      else expect(d.reason).toBeInstanceOf(KeyInFlightError);
+    }
+    const later = await service.execute({ tenant: 'tenant-a', key: `msg-${label}`, payload: { n: 1, label } }, () => {
+      runs++;
+      return null;
+    });
+    expect(later).toEqual({ sent: label, at: '1970-01-01T00:00:00.000Z' });
+    expect(runs).toBe(1);
+  });
+
+  it('writes made through TransactionHost commit or roll back with the key', async () => {
+    const label = fresh();
+    await expect(
+      service.execute({ tenant: 't', key: `k-${label}`, payload: 1 }, async () => {
+        await mailer.record(label);
+        throw new Error('downstream failed');
+      }),
+    ).rejects.toThrow('downstream failed');
+    expect(await effects(label)).toBe(0);
+    // Kept in flight (the default policy), so a redelivery within the lease conflicts.
+    await expect(service.execute({ tenant: 't', key: `k-${label}`, payload: 1 }, () => 'x')).rejects.toBeInstanceOf(KeyInFlightError);
+
+    await service.execute({ tenant: 't', key: `ok-${label}`, payload: 1 }, () => mailer.record(label));
+    expect(await effects(label)).toBe(1);
+  });
+
+  it("onError: 'release' lets a redelivery run at once", async () => {
+    const label = fresh();
+    let runs = 0;
+    const work = () => {
+      runs++;
+      if (runs === 1) throw new Error('first try fails');
+      return 'done';
+    };
+    await expect(service.execute({ tenant: 't', key: `r-${label}`, payload: 1, onError: 'release' }, work)).rejects.toThrow();
+    await expect(service.execute({ tenant: 't', key: `r-${label}`, payload: 1, onError: 'release' }, work)).resolves.toBe('done');
+    expect(runs).toBe(2);
+  });
+
+  it('a different payload under a used key is a mismatch; tenants do not share keys', async () => {
+    const label = fresh();
+    await service.execute({ tenant: 'a', key: `m-${label}`, payload: { v: 1 } }, () => 1);
+    await expect(service.execute({ tenant: 'a', key: `m-${label}`, payload: { v: 2 } }, () => 2)).rejects.toBeInstanceOf(
+      FingerprintMismatchError,
+    );
+    await expect(service.execute({ tenant: 'b', key: `m-${label}`, payload: { v: 2 } }, () => 2)).resolves.toBe(2);
+  });
+
+  it('TransactionHost falls back to the plain manager outside an execution', async () => {
+    const label = fresh();
+    await mailer.record(label);
+    expect(await effects(label)).toBe(1);
+  });
+});
+
+describe.each(ADAPTERS)('database round trips per path over %s', (adapter) => {
+  it('new key: claim, begin, handler write, fenced completion, commit; replay, 409 and 422: the claim alone', async () => {
+    const schema = await freshSchema(`roundtrips_${adapter}`);
+    await createTables(schema);
+    const counter = new QueryCounter();
+    const api = await startTestApp(adapter, schema, {}, { logger: counter });
+    try {
+      counter.reset();
+      const label = `rt-${adapter}`;
+      expect((await post(api.url, '/items', { label }, 'k1')).status).toBe(201);
+      expect(counter.queries).toHaveLength(5);
+      expect(counter.queries[0]).toMatch(/^WITH claimed AS \(\s*INSERT INTO "idempotency_keys"/);
+      expect(counter.queries[1]).toBe('START TRANSACTION');
+      expect(counter.queries[2]).toMatch(/^INSERT INTO effects/);
+      expect(counter.queries[3]).toMatch(/^UPDATE "idempotency_keys" SET status = 'completed'/);
+      expect(counter.queries[4]).toBe('COMMIT');
+
+      counter.reset();
+      expect((await post(api.url, '/items', { label }, 'k1')).headers['idempotent-replayed']).toBe('true');
+      expect(counter.queries).toHaveLength(1);
+
+      counter.reset();
+      expect((await post(api.url, '/items', { label, changed: true }, 'k1')).status).toBe(422);
+      expect(counter.queries).toHaveLength(1);
+
+      api.probe.delays.set('slow-rt', [800]);
+      const slow = post(api.url, '/slow', { label: 'slow-rt' }, 'k2');
+      await new Promise((r) => setTimeout(r, 300));
+      counter.reset();
+      expect((await post(api.url, '/slow', { label: 'slow-rt' }, 'k2')).status).toBe(409);
+      expect(counter.queries).toHaveLength(1);
+      await slow;
+    } finally {
+      await api.close();
+    }
+  });
+});
