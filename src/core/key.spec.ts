@@ -1,0 +1,44 @@
+import { describe, expect, it } from '@jest/globals';
+import { parseIdempotencyKey, redactKey } from './key.js';
+
+describe('parseIdempotencyKey', () => {
+  const ok = (values: string[], max = 255) => parseIdempotencyKey(values, max);
+
+  it('returns a bare token exactly as sent', () => {
+    expect(ok(['AbC-123_~!'])).toEqual({ ok: true, key: 'AbC-123_~!' });
+  });
+
+  it('unquotes an RFC 8941 sf-string and applies its escapes', () => {
+    expect(ok(['"abc"'])).toEqual({ ok: true, key: 'abc' });
+    expect(ok(['"a\\"b\\\\c"'])).toEqual({ ok: true, key: 'a"b\\c' });
+    expect(ok(['"a,b"'])).toEqual({ ok: true, key: 'a,b' });
+  });
+
+  it('counts the length after unquoting', () => {
+    expect(ok([`"${'x'.repeat(255)}"`])).toEqual({ ok: true, key: 'x'.repeat(255) });
+    expect(ok([`"${'x'.repeat(256)}"`])).toMatchObject({ ok: false, reason: 'too-long' });
+    expect(ok(['abcdef'], 5)).toMatchObject({ ok: false, reason: 'too-long' });
+  });
+
+  it.each([
+    [[], 'missing'],
+    [['a', 'a'], 'repeated'],
+    [[''], 'empty'],
+    [['""'], 'empty'],
+    [['a,b'], 'malformed'],
+    [['"a", "b"'], 'malformed'],
+    [['"abc'], 'malformed'],
+    [['"abc";p=1'], 'malformed'],
+    [['a b'], 'invalid-characters'],
+    [['"a b"'], 'invalid-characters'],
+    [['caf\u00e9'], 'invalid-characters'],
+    [['a\u0000b'], 'invalid-characters'],
+  ] as Array<[string[], string]>)('refuses %j as %s', (values, reason) => {
+    expect(ok(values)).toMatchObject({ ok: false, reason });
+  });
+
+  it('redacts keys for logs', () => {
+    expect(redactKey('abcdefghijkl')).toBe('abcd…(12)');
+    expect(redactKey('abc')).toBe('****');
+  });
+});

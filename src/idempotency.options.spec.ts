@@ -1,0 +1,58 @@
+import { describe, expect, it } from '@jest/globals';
+import { IdempotencyConfigurationError } from './errors/configuration.error.js';
+import { resolveIdempotencyOptions, resolveRouteOptions } from './idempotency.options.js';
+
+const tenant = () => 't';
+
+describe('resolveIdempotencyOptions', () => {
+  it('fills the documented defaults', () => {
+    const o = resolveIdempotencyOptions({ tenant });
+    expect(o).toMatchObject({
+      header: 'Idempotency-Key',
+      required: true,
+      ttlMs: 86_400_000,
+      leaseMs: 30_000,
+      maxKeyLength: 255,
+      tableName: 'idempotency_keys',
+      onHttpException: 'store',
+      onError: 'keep',
+      unavailableRetryAfter: 5,
+      sweep: { intervalMs: 60_000, batchSize: 1000, maxDurationMs: 10_000 },
+    });
+    expect([...o.replayHeaders]).toEqual(['content-type', 'location', 'etag', 'content-location']);
+  });
+
+  it("parses '30s'-style durations", () => {
+    expect(resolveIdempotencyOptions({ tenant, ttl: '2h', lease: '45s' })).toMatchObject({ ttlMs: 7_200_000, leaseMs: 45_000 });
+  });
+
+  it.each([
+    [{}, /`tenant` must be a function/],
+    [{ tenant, ttl: 'soon' }, /ttl must be a positive whole number/],
+    [{ tenant, lease: -1 }, /lease must be a positive/],
+    [{ tenant, lease: '2h', ttl: '1h' }, /lease .* must be shorter than the TTL/],
+    [{ tenant, header: 'Bad Header' }, /`header` must be an HTTP header name/],
+    [{ tenant, maxKeyLength: 0 }, /maxKeyLength/],
+    [{ tenant, replayHeaders: ['Set-Cookie'] }, /never replayed/],
+    [{ tenant, tableName: 'x; DROP TABLE y' }, /`tableName` must be a plain SQL identifier/],
+    [{ tenant, onError: 'retry' }, /onError must be 'store', 'release' or 'keep'/],
+    [{ tenant, sweep: { batchSize: 0 } }, /sweep.batchSize/],
+  ])('refuses %j with a message that says how to fix it', (options, message) => {
+    expect(() => resolveIdempotencyOptions(options as never)).toThrow(IdempotencyConfigurationError);
+    expect(() => resolveIdempotencyOptions(options as never)).toThrow(message);
+  });
+
+  it('lets a route override the module and keeps the rest', () => {
+    const module = resolveIdempotencyOptions({ tenant, lease: '10s', onHttpException: 'release' });
+    expect(resolveRouteOptions({ ttl: '1h' }, module, 'route')).toMatchObject({
+      ttlMs: 3_600_000,
+      leaseMs: 10_000,
+      onHttpException: 'release',
+      required: true,
+    });
+  });
+
+  it('accepts sweep: false', () => {
+    expect(resolveIdempotencyOptions({ tenant, sweep: false }).sweep).toBe(false);
+  });
+});
