@@ -349,12 +349,12 @@ describe('sample app startup and health', () => {
   it('several instances start against one empty schema at once and apply each migration once', async () => {
     const schema = await freshSchema('sample_app_startup');
     const apps = await Promise.allSettled(
-      ['express', 'fastify', 'express', 'fastify'].map((adapter) =>
+      ['express', 'fastify', 'express', 'fastify', 'express', 'fastify'].map((adapter) =>
         createSampleApp({ ...loadConfig({ HTTP_ADAPTER: adapter }), databaseUrl: databaseUrl(), databaseSchema: schema, logger: false }),
       ),
     );
     await Promise.all(apps.map((app) => (app.status === 'fulfilled' ? app.value.close() : undefined)));
-    expect(apps.map((app) => app.status)).toEqual(['fulfilled', 'fulfilled', 'fulfilled', 'fulfilled']);
+    expect(apps.filter((app) => app.status === 'rejected')).toEqual([]);
 
     const db = await sqlClient(schema);
     try {

@@ -149,7 +149,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
   private fail(response: HttpResponse, problem: IdempotencyProblemException): never {
     this.adapter.setHeader(response, 'Content-Type', PROBLEM_CONTENT_TYPE);
-    if (problem.retryAfterSeconds !== undefined) this.adapter.setHeader(response, 'Retry-After', String(problem.retryAfterSeconds));
+    if (problem.retryAfterSeconds !== undefined)
+      this.adapter.setHeader(response, 'Retry-After', String(problem.retryAfterSeconds));
     throw problem;
   }
 
@@ -171,7 +172,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
       return this.decide(options.onHttpException, () => {
         const body = error.getResponse();
         // The same body Nest's default exception filter would send.
-        return this.storedFrom(response, error.getStatus(), typeof body === 'object' ? body : { statusCode: error.getStatus(), message: body });
+        return this.storedFrom(
+          response,
+          error.getStatus(),
+          typeof body === 'object' ? body : { statusCode: error.getStatus(), message: body },
+        );
       });
     }
     return this.decide(options.onError, () =>
@@ -283,4 +288,3 @@ function headerValues(request: HttpRequest, header: string): string[] {
   }
   return values;
 }
-

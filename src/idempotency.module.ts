@@ -10,14 +10,25 @@ import {
   RAW_OPTIONS_TOKEN,
   type IdempotencyModuleExtras,
 } from './idempotency.module-definition.js';
-import { resolveIdempotencyOptions, type IdempotencyModuleOptions, type ResolvedIdempotencyOptions } from './idempotency.options.js';
+import {
+  resolveIdempotencyOptions,
+  type IdempotencyModuleOptions,
+  type ResolvedIdempotencyOptions,
+} from './idempotency.options.js';
 import { IdempotencyService } from './idempotency.service.js';
 import { IdempotencyStore } from './store/idempotency-store.js';
 import { PostgresIdempotencyStore } from './store/postgres-idempotency.store.js';
 import { IdempotencySweeper } from './sweeper/idempotency.sweeper.js';
 import { TransactionHost } from './transaction/transaction-host.js';
 
-const EXPORTS = [IdempotencyService, TransactionHost, IdempotencyStore, IdempotencyInterceptor, IdempotencySweeper, IDEMPOTENCY_OPTIONS];
+const EXPORTS = [
+  IdempotencyService,
+  TransactionHost,
+  IdempotencyStore,
+  IdempotencyInterceptor,
+  IdempotencySweeper,
+  IDEMPOTENCY_OPTIONS,
+];
 
 /**
  * `IdempotencyModule.forRoot({ tenant: (ctx) => ... })` or

@@ -3,7 +3,12 @@ import type { DataSource, EntityManager } from 'typeorm';
 import { IdempotencyEngine, type EngineOutcome, type FailureDecision, type IdempotentWork } from './core/idempotency-engine.js';
 import { fingerprintValue } from './core/fingerprint.js';
 import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS } from './idempotency.constants.js';
-import { resolveRouteOptions, type FailurePolicy, type ResolvedIdempotencyOptions, type Duration } from './idempotency.options.js';
+import {
+  resolveRouteOptions,
+  type FailurePolicy,
+  type ResolvedIdempotencyOptions,
+  type Duration,
+} from './idempotency.options.js';
 import { IdempotencyStore, type StoredResponse, type SweepResult } from './store/idempotency-store.js';
 import { idempotencyContext, type IdempotencyExecutionContext } from './transaction/idempotency-context.js';
 

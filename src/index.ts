@@ -12,7 +12,13 @@ export type {
   SweepSchedule,
   TenantResolver,
 } from './idempotency.options.js';
-export { DEFAULT_HEADER, DEFAULT_LEASE_MS, DEFAULT_TABLE_NAME, DEFAULT_TTL_MS, REPLAYED_HEADER } from './idempotency.constants.js';
+export {
+  DEFAULT_HEADER,
+  DEFAULT_LEASE_MS,
+  DEFAULT_TABLE_NAME,
+  DEFAULT_TTL_MS,
+  REPLAYED_HEADER,
+} from './idempotency.constants.js';
 export {
   IdempotencyStore,
   type ClaimRef,

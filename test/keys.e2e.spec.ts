@@ -33,7 +33,13 @@ describe.each(ADAPTERS)('the Idempotency-Key header over %s (CONTRACT A1)', (ada
     ['a non-ASCII character', [['Idempotency-Key', 'caf\u00e9']]],
     ['a comma-joined list', [['Idempotency-Key', 'abc,def']]],
     ['a list of sf-strings', [['Idempotency-Key', '"abc", "def"']]],
-    ['the header sent twice', [['Idempotency-Key', 'same'], ['Idempotency-Key', 'same']]],
+    [
+      'the header sent twice',
+      [
+        ['Idempotency-Key', 'same'],
+        ['Idempotency-Key', 'same'],
+      ],
+    ],
     ['an unterminated sf-string', [['Idempotency-Key', '"abc']]],
     ['an sf-string with parameters', [['Idempotency-Key', '"abc";v=1']]],
     ['an empty sf-string', [['Idempotency-Key', '""']]],
@@ -46,7 +52,12 @@ describe.each(ADAPTERS)('the Idempotency-Key header over %s (CONTRACT A1)', (ada
     const res = await withKeyHeaders(label, headers);
     expect(res.status).toBe(400);
     expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
-    expect(res.json()).toMatchObject({ type: ProblemType.invalidKey, status: 400, title: expect.any(String), detail: expect.any(String) });
+    expect(res.json()).toMatchObject({
+      type: ProblemType.invalidKey,
+      status: 400,
+      title: expect.any(String),
+      detail: expect.any(String),
+    });
     expect(api.probe.count(label)).toBe(0);
   });
 

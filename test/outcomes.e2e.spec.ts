@@ -54,7 +54,10 @@ describe.each(ADAPTERS)('handler outcomes and replay fidelity over %s', (adapter
   it('malformed JSON is answered 400 before any claim', async () => {
     const label = fresh();
     const res = await send(api.url, 'POST', '/items', {
-      headers: [['X-Tenant', 'tenant-a'], ['Idempotency-Key', `k-${label}`]],
+      headers: [
+        ['X-Tenant', 'tenant-a'],
+        ['Idempotency-Key', `k-${label}`],
+      ],
       rawBody: '{"label": ',
     });
     expect(res.status).toBe(400);

@@ -83,7 +83,12 @@ describe('schema', () => {
     const schema = await freshSchema('synchronize');
     @Module({
       imports: [
-        TypeOrmModule.forRoot({ ...dataSourceOptions(schema), entities: [IdempotencyKeyEntity], synchronize: true, retryAttempts: 0 }),
+        TypeOrmModule.forRoot({
+          ...dataSourceOptions(schema),
+          entities: [IdempotencyKeyEntity],
+          synchronize: true,
+          retryAttempts: 0,
+        }),
         IdempotencyModule.forRoot({ tenant: () => 'single', sweep: false }),
       ],
     })
@@ -111,9 +116,9 @@ describe('module configuration errors surface at start-up', () => {
     class Broken {}
     const attempt = NestFactory.createApplicationContext(Broken, { logger: false, abortOnError: false });
     await expect(attempt).rejects.toThrow(IdempotencyConfigurationError);
-    await expect(
-      NestFactory.createApplicationContext(Broken, { logger: false, abortOnError: false }),
-    ).rejects.toThrow(/single-tenant app says so explicitly/);
+    await expect(NestFactory.createApplicationContext(Broken, { logger: false, abortOnError: false })).rejects.toThrow(
+      /single-tenant app says so explicitly/,
+    );
   });
 
   it('an enabled sweeper without ScheduleModule says to import it or pass sweep: false', async () => {

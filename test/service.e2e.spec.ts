@@ -96,7 +96,9 @@ describe('IdempotencyService.execute without HTTP', () => {
     ).rejects.toThrow('downstream failed');
     expect(await effects(label)).toBe(0);
     // Kept in flight (the default policy), so a redelivery within the lease conflicts.
-    await expect(service.execute({ tenant: 't', key: `k-${label}`, payload: 1 }, () => 'x')).rejects.toBeInstanceOf(KeyInFlightError);
+    await expect(service.execute({ tenant: 't', key: `k-${label}`, payload: 1 }, () => 'x')).rejects.toBeInstanceOf(
+      KeyInFlightError,
+    );
 
     await service.execute({ tenant: 't', key: `ok-${label}`, payload: 1 }, () => mailer.record(label));
     expect(await effects(label)).toBe(1);

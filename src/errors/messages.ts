@@ -7,13 +7,16 @@ export const messages = {
       "A single-tenant app says so explicitly: `tenant: () => 'default'`.",
     header: (value: unknown) =>
       `IdempotencyModule: \`header\` must be an HTTP header name (token characters only), got ${JSON.stringify(value)}.`,
-    maxKeyLength: (value: unknown) => `IdempotencyModule: \`maxKeyLength\` must be an integer from 1 to 8192, got ${String(value)}.`,
+    maxKeyLength: (value: unknown) =>
+      `IdempotencyModule: \`maxKeyLength\` must be an integer from 1 to 8192, got ${String(value)}.`,
     replayHeader: (name: string) =>
       `IdempotencyModule: \`replayHeaders\` may not include "${name}": it is specific to one response and is never replayed.`,
     tableName: (value: unknown) =>
       `IdempotencyModule: \`tableName\` must be a plain SQL identifier, optionally schema-qualified (e.g. "public.idempotency_keys"), got ${JSON.stringify(value)}.`,
-    dataSource: 'IdempotencyModule: `dataSource` must be the non-empty name of a TypeORM data source, or left out for the default one.',
-    positive: (name: string, value: unknown) => `IdempotencyModule: \`${name}\` must be a positive integer, got ${String(value)}.`,
+    dataSource:
+      'IdempotencyModule: `dataSource` must be the non-empty name of a TypeORM data source, or left out for the default one.',
+    positive: (name: string, value: unknown) =>
+      `IdempotencyModule: \`${name}\` must be a positive integer, got ${String(value)}.`,
     duration: (name: string, value: unknown) =>
       `${name} must be a positive whole number of milliseconds or a duration string such as '30s' or '24h', got ${JSON.stringify(value)}.`,
     leaseVsTtl: (where: string, lease: number, ttl: number) =>
@@ -34,7 +37,8 @@ export const messages = {
   problems: {
     missingKey: (header: string) => `This endpoint requires an ${header} header.`,
     conflict: 'A request with this idempotency key is still being processed. Retry after the time in Retry-After.',
-    mismatch: 'This idempotency key was already used with a different request (method, path or body). Use a new key for a new request.',
+    mismatch:
+      'This idempotency key was already used with a different request (method, path or body). Use a new key for a new request.',
     leaseLost:
       'This attempt took longer than its lease and another attempt with the same key took over; this attempt was rolled back. ' +
       'Retry to get the outcome of the other attempt.',

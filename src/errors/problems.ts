@@ -52,7 +52,12 @@ export const problems = {
     ),
   invalidKey: (reason: KeyRejection, detail: string) =>
     new IdempotencyProblemException(
-      problem(ProblemType.invalidKey, reason === 'missing' ? 'Idempotency key required' : 'Invalid idempotency key', HttpStatus.BAD_REQUEST, detail),
+      problem(
+        ProblemType.invalidKey,
+        reason === 'missing' ? 'Idempotency key required' : 'Invalid idempotency key',
+        HttpStatus.BAD_REQUEST,
+        detail,
+      ),
     ),
   conflict: (retryAfterSeconds: number) =>
     new IdempotencyProblemException(
@@ -64,20 +69,38 @@ export const problems = {
       problem(ProblemType.mismatch, 'Idempotency key reused', HttpStatus.UNPROCESSABLE_ENTITY, messages.problems.mismatch),
     ),
   leaseLost: () =>
-    new IdempotencyProblemException(problem(ProblemType.leaseLost, 'Lease lost', HttpStatus.CONFLICT, messages.problems.leaseLost), 1),
+    new IdempotencyProblemException(
+      problem(ProblemType.leaseLost, 'Lease lost', HttpStatus.CONFLICT, messages.problems.leaseLost),
+      1,
+    ),
   unavailable: (retryAfterSeconds: number, cause: unknown) =>
     new IdempotencyProblemException(
-      problem(ProblemType.unavailable, 'Idempotency store unavailable', HttpStatus.SERVICE_UNAVAILABLE, messages.problems.unavailable),
+      problem(
+        ProblemType.unavailable,
+        'Idempotency store unavailable',
+        HttpStatus.SERVICE_UNAVAILABLE,
+        messages.problems.unavailable,
+      ),
       retryAfterSeconds,
       { cause },
     ),
   tenantUnresolved: () =>
     new IdempotencyProblemException(
-      problem(ProblemType.tenantUnresolved, 'Tenant not resolved', HttpStatus.INTERNAL_SERVER_ERROR, messages.problems.tenantUnresolved),
+      problem(
+        ProblemType.tenantUnresolved,
+        'Tenant not resolved',
+        HttpStatus.INTERNAL_SERVER_ERROR,
+        messages.problems.tenantUnresolved,
+      ),
     ),
   unreplayable: (cause: unknown) =>
     new IdempotencyProblemException(
-      problem(ProblemType.unreplayable, 'Response cannot be stored', HttpStatus.INTERNAL_SERVER_ERROR, messages.problems.unreplayable),
+      problem(
+        ProblemType.unreplayable,
+        'Response cannot be stored',
+        HttpStatus.INTERNAL_SERVER_ERROR,
+        messages.problems.unreplayable,
+      ),
       undefined,
       { cause },
     ),

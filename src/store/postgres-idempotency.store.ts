@@ -23,8 +23,29 @@ interface ClaimRow {
 const CLAIM_ATTEMPTS = 3;
 
 /** SQLSTATE classes and codes that mean "the database is not there", not "the query is wrong". */
-const UNAVAILABLE_SQLSTATES = new Set(['57P01', '57P02', '57P03', '53300', '53100', '08000', '08001', '08003', '08004', '08006', '08007']);
-const UNAVAILABLE_ERRNOS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', 'EAI_AGAIN', 'ENETUNREACH']);
+const UNAVAILABLE_SQLSTATES = new Set([
+  '57P01',
+  '57P02',
+  '57P03',
+  '53300',
+  '53100',
+  '08000',
+  '08001',
+  '08003',
+  '08004',
+  '08006',
+  '08007',
+]);
+const UNAVAILABLE_ERRNOS = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EPIPE',
+  'ENOTFOUND',
+  'EHOSTUNREACH',
+  'EAI_AGAIN',
+  'ENETUNREACH',
+]);
 const UNAVAILABLE_MESSAGES = [
   'Connection terminated',
   'timeout exceeded when trying to connect',
@@ -158,15 +179,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   }
 
   async complete(ref: ClaimRef, response: StoredResponse, ttlMs: number, tx?: EntityManager): Promise<boolean> {
-    const params = [
-      ref.tenant,
-      ref.key,
-      ref.ownerToken,
-      response.status,
-      JSON.stringify(response.headers),
-      response.body,
-      ttlMs,
-    ];
+    const params = [ref.tenant, ref.key, ref.ownerToken, response.status, JSON.stringify(response.headers), response.body, ttlMs];
     return (await this.execute(this.completeSql, params, tx?.queryRunner)) === 1;
   }
 

@@ -141,7 +141,11 @@ function controllers(probe: Probe) {
     @Idempotent()
     unicode(@Body() body: { label: string }) {
       probe.record(body.label);
-      return { text: 'nul:\u0000 emoji:🦄 rtl:שלום cjk:漢字 lone:\ud800 quote:" slash:\\', order: { z: 1, a: 2 }, label: body.label };
+      return {
+        text: 'nul:\u0000 emoji:🦄 rtl:שלום cjk:漢字 lone:\ud800 quote:" slash:\\',
+        order: { z: 1, a: 2 },
+        label: body.label,
+      };
     }
 
     @Post('text')
@@ -210,7 +214,7 @@ function controllers(probe: Probe) {
     }
 
     @Post('custom-fingerprint')
-    @Idempotent({ fingerprint: (ctx) => (ctx.switchToHttp().getRequest<{ body: { amount: number } }>().body).amount })
+    @Idempotent({ fingerprint: (ctx) => ctx.switchToHttp().getRequest<{ body: { amount: number } }>().body.amount })
     customFingerprint(@Body() body: { label: string; amount: number }) {
       probe.record(body.label);
       return { label: body.label, amount: body.amount };
