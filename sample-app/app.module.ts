@@ -22,7 +22,11 @@ export class AppModule {
       module: AppModule,
       imports: [
         TypeOrmModule.forRootAsync({
-          useFactory: () => ({ ...dataSourceOptions(config.databaseUrl, config.databaseSchema), retryAttempts: 3, retryDelay: 1_000 }),
+          useFactory: () => ({
+            ...dataSourceOptions(config.databaseUrl, config.databaseSchema),
+            retryAttempts: 3,
+            retryDelay: 1_000,
+          }),
           dataSourceFactory: async (options) => {
             const dataSource = await new DataSource(options!).initialize();
             try {

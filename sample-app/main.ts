@@ -4,13 +4,13 @@ import { Logger } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { DEFAULT_API_KEYS, loadConfig, parseApiKeys, type SampleConfig } from './config.js';
 import { createSampleApp } from './create-app.js';
 import type { EmbeddedDatabase } from './embedded-postgres.js';
 
 const logger = new Logger('SampleApp');
-const SHUTDOWN_SIGNALS = ['SIGTERM', 'SIGINT'] as const;
 
 async function main(): Promise<void> {
   const config = loadConfig();
@@ -41,14 +41,17 @@ async function main(): Promise<void> {
  * kept between runs.
  */
 async function startEmbeddedDatabase(): Promise<EmbeddedDatabase> {
-  // embedded-postgres registers SIGINT/SIGTERM handlers on import that stop
-  // the server and exit at once, which would cut off in-flight requests. The
-  // app stops it itself once they are done, so those two handlers are removed.
-  const before = new Map(SHUTDOWN_SIGNALS.map((signal) => [signal, new Set(process.listeners(signal))]));
+  // On import, embedded-postgres hooks SIGINT, SIGTERM and beforeExit to stop
+  // the server and call process.exit(): that would cut off in-flight requests
+  // and override the exit code. The app stops the server itself once they are
+  // done, so those hooks are removed; its `exit` hook stays as a last resort.
+  const hooked = ['SIGINT', 'SIGTERM', 'beforeExit'];
+  const events: NodeJS.EventEmitter = process;
+  const before = new Map(hooked.map((event) => [event, new Set(events.listeners(event))]));
   const { startEmbeddedPostgres } = await import('./embedded-postgres.js');
-  for (const signal of SHUTDOWN_SIGNALS) {
-    for (const listener of process.listeners(signal)) {
-      if (!before.get(signal)!.has(listener)) process.removeListener(signal, listener);
+  for (const event of hooked) {
+    for (const listener of events.listeners(event)) {
+      if (!before.get(event)!.has(listener)) events.removeListener(event, listener as (...args: unknown[]) => void);
     }
   }
   const dataDir = join(repositoryRoot(), '.pgdata', 'sample');
@@ -61,37 +64,45 @@ async function startEmbeddedDatabase(): Promise<EmbeddedDatabase> {
  * finish (up to `shutdownTimeoutMs`), close the app (its shutdown hooks close
  * the connection pool), then stop the embedded server. A second signal, or
  * the timeout, exits at once with status 1.
+ *
+ * With the embedded server, Ctrl-C in a terminal reaches the server too (same
+ * process group) and it shuts down at once, so requests in flight then fail;
+ * `kill -TERM <pid>` of the Node process drains them.
  */
 function stopGracefullyOnSignals(app: INestApplication, embedded: EmbeddedDatabase | undefined, config: SampleConfig): void {
   let stopping = false;
-  const forceExit = async (reason: string) => {
+  const stopDatabase = async () => {
+    if (!embedded) return;
+    await embedded.stop();
+    logger.log('Embedded PostgreSQL stopped.');
+  };
+  const forceExit = (reason: string) => {
     logger.error(`${reason}: exiting without waiting for in-flight requests.`);
-    await embedded?.stop().catch(() => undefined);
-    process.exit(1);
+    const giveUp = delay(3_000, undefined, { ref: false });
+    void Promise.race([stopDatabase(), giveUp])
+      .catch(() => undefined)
+      .finally(() => process.exit(1));
   };
   const stop = async (signal: NodeJS.Signals) => {
-    if (stopping) return void forceExit(`${signal} received again`);
+    if (stopping) return forceExit(`${signal} received again`);
     stopping = true;
     logger.log(`${signal} received: finishing in-flight requests (up to ${config.shutdownTimeoutMs} ms).`);
-    const timer = setTimeout(() => void forceExit('Shutdown timeout'), config.shutdownTimeoutMs);
+    const timer = setTimeout(() => forceExit('Shutdown timeout'), config.shutdownTimeoutMs);
     try {
-      // Closes the HTTP server (waits for open requests), then runs shutdown hooks: sweeper, DataSource.
+      // Stops listening, waits for open requests, then runs the shutdown hooks (sweeper, DataSource pool).
       await app.close();
-      if (embedded) {
-        await embedded.stop();
-        logger.log('Embedded PostgreSQL stopped.');
-      }
+      await stopDatabase();
       logger.log('Stopped.');
     } catch (error) {
       logger.error(`Shutdown failed: ${error instanceof Error ? error.stack : String(error)}`);
       process.exitCode = 1;
-      await embedded?.stop().catch(() => undefined);
+      await stopDatabase().catch(() => undefined);
     } finally {
       clearTimeout(timer);
     }
     // Nothing is left on the event loop, so the process now exits on its own.
   };
-  for (const signal of SHUTDOWN_SIGNALS) process.on(signal, (received: NodeJS.Signals) => void stop(received));
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, (received: NodeJS.Signals) => void stop(received));
 }
 
 function repositoryRoot(): string {

@@ -205,12 +205,13 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
         this.sweepLockKey,
       ])) as Array<{ locked: boolean }>;
       if (!locked) return { ran: false, deleted: 0, batches: 0, durationMs: Date.now() - started };
-      while (Date.now() - started < options.maxDurationMs) {
-        const count = await this.execute(this.sweepBatchSql, [options.batchSize]);
+      // At least one batch per run, so a tight budget still makes progress.
+      let count: number;
+      do {
+        count = await this.execute(this.sweepBatchSql, [options.batchSize]);
         batches++;
         deleted += count;
-        if (count < options.batchSize) break;
-      }
+      } while (count === options.batchSize && Date.now() - started < options.maxDurationMs);
       return { ran: true, deleted, batches, durationMs: Date.now() - started };
     } finally {
       if (lockRunner.isTransactionActive) await lockRunner.rollbackTransaction().catch(() => undefined);

@@ -1,0 +1,203 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Module, type LoggerService } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { ScheduleModule, SchedulerRegistry } from '@nestjs/schedule';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import type pg from 'pg';
+import type { DataSource } from 'typeorm';
+import { IdempotencyModule, IdempotencyService, IdempotencySweeper, PostgresIdempotencyStore } from '../src/index.js';
+import { createTables, dataSourceOptions, freshSchema, openDataSource, sqlClient } from './support/database.js';
+
+/** Inserts `count` rows in one statement; `state` decides what kind. */
+async function seed(
+  db: pg.Client,
+  prefix: string,
+  count: number,
+  state: 'expired-completed' | 'fresh-completed' | 'expired-in-flight-valid-lease' | 'expired-in-flight-lapsed-lease',
+): Promise<void> {
+  const [status, lease, expires] = {
+    'expired-completed': ['completed', "now() - interval '1 hour'", "now() - interval '1 second'"],
+    'fresh-completed': ['completed', "now() - interval '1 hour'", "now() + interval '1 hour'"],
+    'expired-in-flight-valid-lease': ['in_flight', "now() + interval '1 minute'", "now() - interval '1 second'"],
+    'expired-in-flight-lapsed-lease': ['in_flight', "now() - interval '1 second'", "now() - interval '1 second'"],
+  }[state];
+  await db.query(
+    `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, response_status, response_body)
+     SELECT 'tenant', $1 || g, 'fp', '${status}', gen_random_uuid(), ${lease}, ${expires}, 201, '\\x7b7d'::bytea
+       FROM generate_series(1, $2::int) AS g`,
+    [prefix, count],
+  );
+}
+
+describe('sweeping expired keys', () => {
+  let schema: string;
+  let db: pg.Client;
+  let sources: DataSource[];
+  let stores: PostgresIdempotencyStore[];
+
+  beforeAll(async () => {
+    schema = await freshSchema('sweeper');
+    await createTables(schema);
+    db = await sqlClient(schema);
+    // Two data sources stand for two app instances.
+    sources = await Promise.all([openDataSource(dataSourceOptions(schema)), openDataSource(dataSourceOptions(schema))]);
+    stores = sources.map((s) => new PostgresIdempotencyStore(s, 'idempotency_keys'));
+  });
+  afterAll(async () => {
+    await Promise.all(sources.map((s) => s.destroy()));
+    await db.end();
+  });
+
+  const count = async (where = 'true') =>
+    Number((await db.query(`SELECT count(*) FROM idempotency_keys WHERE ${where}`)).rows[0].count);
+
+  it('deletes only expired rows and never an in-flight row whose lease is still valid', async () => {
+    await db.query('TRUNCATE idempotency_keys');
+    await seed(db, 'gone-', 30, 'expired-completed');
+    await seed(db, 'lapsed-', 20, 'expired-in-flight-lapsed-lease');
+    await seed(db, 'live-', 10, 'fresh-completed');
+    await seed(db, 'leased-', 5, 'expired-in-flight-valid-lease');
+    const result = await stores[0].sweep({ batchSize: 1000, maxDurationMs: 10_000 });
+    expect(result).toMatchObject({ ran: true, deleted: 50, batches: 1 });
+    expect(await count()).toBe(15);
+    expect(await count(`key LIKE 'live-%'`)).toBe(10);
+    expect(await count(`key LIKE 'leased-%'`)).toBe(5);
+  });
+
+  it('never deletes more than a batch per statement, and stops when its time budget is spent', async () => {
+    await db.query('TRUNCATE idempotency_keys');
+    await seed(db, 'b-', 1050, 'expired-completed');
+    const tight = await stores[0].sweep({ batchSize: 100, maxDurationMs: 1 });
+    expect(tight).toMatchObject({ ran: true, batches: 1, deleted: 100 });
+    const rest = await stores[0].sweep({ batchSize: 100, maxDurationMs: 10_000 });
+    expect(rest).toMatchObject({ ran: true, deleted: 950, batches: 10 });
+    expect(await count()).toBe(0);
+  });
+
+  it('two instances sweeping at once: one works, the other stands aside', async () => {
+    await db.query('TRUNCATE idempotency_keys');
+    await seed(db, 'c-', 60_000, 'expired-completed');
+    const [a, b] = await Promise.all(stores.map((s) => s.sweep({ batchSize: 500, maxDurationMs: 60_000 })));
+    expect([a.ran, b.ran].sort()).toEqual([false, true]);
+    expect(a.deleted + b.deleted).toBe(60_000);
+    expect((a.ran ? b : a).deleted).toBe(0);
+    expect(await count()).toBe(0);
+  });
+
+  it('removes 200k expired rows while concurrent claims keep being answered', async () => {
+    await db.query('TRUNCATE idempotency_keys');
+    await seed(db, 'old-', 200_000, 'expired-completed');
+    const sweeping = stores[0].sweep({ batchSize: 2000, maxDurationMs: 120_000 });
+    let answered = 0;
+    let done = false;
+    void sweeping.finally(() => (done = true));
+    // Claims on fresh keys and on keys being swept, from the other instance, for as long as the sweep runs.
+    const claimer = async (worker: number) => {
+      for (let i = 0; !done || i < 20; i++) {
+        const key = i % 2 === 0 ? `new-${worker}-${i}` : `old-${(worker - 1) * 60_000 + i + 1}`;
+        const claim = await stores[1].claim({
+          tenant: 'tenant',
+          key,
+          ownerToken: crypto.randomUUID(),
+          fingerprint: 'fp2',
+          leaseMs: 30_000,
+          ttlMs: 3_600_000,
+        });
+        expect(claim.state).toBe('claimed');
+        answered++;
+      }
+    };
+    await Promise.all([sweeping, claimer(1), claimer(2), claimer(3)]);
+    const result = await sweeping;
+    console.log(
+      `swept ${result.deleted} rows in ${result.batches} batches, ${result.durationMs} ms; ${answered} claims answered meanwhile`,
+    );
+    expect(result.ran).toBe(true);
+    expect(answered).toBeGreaterThanOrEqual(60);
+    expect(await count(`expires_at <= now()`)).toBe(0);
+    expect(await count(`status = 'in_flight'`)).toBe(answered);
+  }, 180_000);
+
+  it('sets expires_at from the database clock: TTL after the claim, and again after completion', async () => {
+    const ref = { tenant: 't', key: 'ttl', ownerToken: crypto.randomUUID() };
+    await stores[0].claim({ ...ref, fingerprint: 'fp', leaseMs: 1000, ttlMs: 60_000 });
+    const claimed = (
+      await db.query(
+        `SELECT extract(epoch FROM expires_at - created_at) AS ttl, extract(epoch FROM lease_expires_at - created_at) AS lease FROM idempotency_keys WHERE key = 'ttl'`,
+      )
+    ).rows[0];
+    expect(Number(claimed.ttl)).toBeCloseTo(60, 3);
+    expect(Number(claimed.lease)).toBeCloseTo(1, 3);
+    await stores[0].complete(ref, { status: 200, headers: [], body: null }, 120_000);
+    const completed = (
+      await db.query(`SELECT extract(epoch FROM expires_at - completed_at) AS ttl FROM idempotency_keys WHERE key = 'ttl'`)
+    ).rows[0];
+    expect(Number(completed.ttl)).toBeCloseTo(120, 3);
+  });
+});
+
+describe('the scheduled sweeper', () => {
+  class CapturingLogger implements LoggerService {
+    lines: string[] = [];
+    log(message: unknown) {
+      this.lines.push(String(message));
+    }
+    error() {}
+    warn() {}
+    debug() {}
+    verbose() {}
+  }
+
+  it('runs on its interval, logs one line per run, and exposes its last figures', async () => {
+    const schema = await freshSchema('sweeper_scheduled');
+    await createTables(schema);
+    const db = await sqlClient(schema);
+    await seed(db, 'x-', 25, 'expired-completed');
+    @Module({
+      imports: [
+        TypeOrmModule.forRoot({ ...dataSourceOptions(schema), retryAttempts: 0 }),
+        ScheduleModule.forRoot(),
+        IdempotencyModule.forRoot({ tenant: () => 't', sweep: { interval: 150, batchSize: 10 } }),
+      ],
+    })
+    class Scheduled {}
+    const logger = new CapturingLogger();
+    const app = await NestFactory.createApplicationContext(Scheduled, { logger });
+    try {
+      const sweeper = app.get(IdempotencySweeper);
+      for (let i = 0; i < 50 && !sweeper.lastRun?.ran; i++) await new Promise((r) => setTimeout(r, 50));
+      expect(sweeper.lastRun).toMatchObject({ ran: true, deleted: 25, batches: 3 });
+      expect(logger.lines).toContain(`Swept 25 expired keys in 3 batches, ${sweeper.lastRun!.durationMs} ms.`);
+      expect(Number((await db.query('SELECT count(*) FROM idempotency_keys')).rows[0].count)).toBe(0);
+      expect(app.get(SchedulerRegistry).getIntervals()).toContain('nest-idempotency:sweep:idempotency_keys');
+    } finally {
+      await app.close();
+      await db.end();
+    }
+  });
+
+  it('with sweep: false nothing is scheduled, and IdempotencyService.sweep() runs it on demand', async () => {
+    const schema = await freshSchema('sweeper_manual');
+    await createTables(schema);
+    const db = await sqlClient(schema);
+    await seed(db, 'y-', 7, 'expired-completed');
+    @Module({
+      imports: [
+        TypeOrmModule.forRoot({ ...dataSourceOptions(schema), retryAttempts: 0 }),
+        ScheduleModule.forRoot(),
+        IdempotencyModule.forRoot({ tenant: () => 't', sweep: false }),
+      ],
+    })
+    class Manual {}
+    const app = await NestFactory.createApplicationContext(Manual, { logger: false });
+    try {
+      expect(app.get(SchedulerRegistry).getIntervals()).toEqual([]);
+      await new Promise((r) => setTimeout(r, 200));
+      expect(Number((await db.query('SELECT count(*) FROM idempotency_keys')).rows[0].count)).toBe(7);
+      expect(await app.get(IdempotencyService).sweep()).toMatchObject({ ran: true, deleted: 7 });
+    } finally {
+      await app.close();
+      await db.end();
+    }
+  });
+});
