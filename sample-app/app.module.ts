@@ -1,4 +1,4 @@
-import { Module, ValidationPipe, type DynamicModule } from '@nestjs/common';
+import { Logger, Module, ValidationPipe, type DynamicModule } from '@nestjs/common';
 import { APP_GUARD, APP_PIPE } from '@nestjs/core';
 import { ScheduleModule } from '@nestjs/schedule';
 import { TerminusModule } from '@nestjs/terminus';
@@ -30,7 +30,8 @@ export class AppModule {
           dataSourceFactory: async (options) => {
             const dataSource = await new DataSource(options!).initialize();
             try {
-              await runMigrationsSerialised(dataSource, config.databaseSchema);
+              const applied = await runMigrationsSerialised(dataSource, config.databaseSchema);
+              if (applied.length > 0) new Logger('Migrations').log(`Applied ${applied.join(', ')}.`);
             } catch (error) {
               await dataSource.destroy();
               throw error;
