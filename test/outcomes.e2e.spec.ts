@@ -179,6 +179,19 @@ describe.each(ADAPTERS)('handler outcomes and replay fidelity over %s', (adapter
     expect(await keyRow(`k-${label}`)).toBeUndefined();
   });
 
+  it('a server-sent events route is refused before any claim', async () => {
+    const res = await send(api.url, 'GET', '/events', {
+      headers: [
+        ['X-Tenant', 'tenant-a'],
+        ['Idempotency-Key', `k-sse-${fresh()}`],
+      ],
+    });
+    expect(res.status).toBe(500);
+    expect(res.json()).toMatchObject({ type: ProblemType.unreplayable });
+    expect(api.probe.count('sse')).toBe(0);
+    expect((await db.query('SELECT count(*) FROM idempotency_keys WHERE key LIKE $1', ['k-sse-%'])).rows[0].count).toBe('0');
+  });
+
   it('the same key in two tenants is two independent keys', async () => {
     const label = fresh();
     const key = `shared-${label}`;

@@ -11,6 +11,8 @@ import {
   Post,
   Redirect,
   Res,
+  Sse,
+  type MessageEvent,
   StreamableFile,
   ValidationPipe,
   type INestApplication,
@@ -20,6 +22,7 @@ import { ExpressAdapter } from '@nestjs/platform-express';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { IsInt, IsString, Max, Min } from 'class-validator';
+import { of, type Observable } from 'rxjs';
 import type { EntityManager, Logger as TypeOrmLogger } from 'typeorm';
 import {
   Idempotent,
@@ -203,6 +206,13 @@ function controllers(probe: Probe) {
     rawResponse(@Body() body: { label: string }, @Res() res: unknown) {
       probe.record(body.label);
       void res;
+    }
+
+    @Sse('events')
+    @Idempotent()
+    events(): Observable<MessageEvent> {
+      probe.record('sse');
+      return of({ data: 'tick' } as MessageEvent);
     }
 
     @Post('optional')
