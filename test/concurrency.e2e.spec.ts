@@ -1,35 +1,18 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import type pg from 'pg';
 import { ProblemType } from '../src/index.js';
-import { createTables, databaseUrl, freshSchema, sqlClient } from './support/database.js';
+import { createTables, databaseUrl, freshSchema } from './support/database.js';
 import { post, sleep } from './support/http.js';
 import { TcpProxy, throughProxy } from './support/tcp-proxy.js';
 import { ADAPTERS, startTestApp, type TestApp } from './support/test-app.js';
+import { useApiSuite } from './support/suite.js';
 
 describe.each(ADAPTERS)('concurrency and faults over %s', (adapter) => {
-  let api: TestApp;
-  let db: pg.Client;
-  let n = 0;
-  const fresh = () => `${adapter}-${Date.now()}-${++n}`;
-
-  beforeAll(async () => {
-    const schema = await freshSchema(`concurrency_${adapter}`);
-    await createTables(schema);
-    api = await startTestApp(adapter, schema);
-    db = await sqlClient(schema);
-  });
-  afterAll(async () => {
-    await api?.close();
-    await db?.end();
-  });
-
-  const effects = async (label: string) =>
-    Number((await db.query('SELECT count(*) FROM effects WHERE label = $1', [label])).rows[0].count);
+  const t = useApiSuite(adapter, 'concurrency');
 
   it('50 concurrent identical requests execute once; the rest get 409 or the same response', async () => {
-    const label = fresh();
-    api.probe.delays.set(label, [300]);
-    const responses = await Promise.all(Array.from({ length: 50 }, () => post(api.url, '/slow', { label }, `k-${label}`)));
+    const label = t.fresh();
+    t.api.probe.delays.set(label, [300]);
+    const responses = await Promise.all(Array.from({ length: 50 }, () => post(t.api.url, '/slow', { label }, `k-${label}`)));
     const originals = responses.filter((r) => r.status === 201 && !r.headers['idempotent-replayed']);
     const replays = responses.filter((r) => r.status === 201 && r.headers['idempotent-replayed'] === 'true');
     const conflicts = responses.filter((r) => r.status === 409);
@@ -40,34 +23,34 @@ describe.each(ADAPTERS)('concurrency and faults over %s', (adapter) => {
       expect(r.json().type).toBe(ProblemType.conflict);
       expect(Number(r.headers['retry-after'])).toBeGreaterThanOrEqual(1);
     }
-    expect(api.probe.count(label)).toBe(1);
-    expect(await effects(label)).toBe(1);
+    expect(t.api.probe.count(label)).toBe(1);
+    expect(await t.effects(label)).toBe(1);
   });
 
   it('50 concurrent requests with distinct keys all execute, each once', async () => {
-    const label = fresh();
+    const label = t.fresh();
     const responses = await Promise.all(
-      Array.from({ length: 50 }, (_, i) => post(api.url, '/items', { label }, `k-${label}-${i}`)),
+      Array.from({ length: 50 }, (_, i) => post(t.api.url, '/items', { label }, `k-${label}-${i}`)),
     );
     expect(responses.every((r) => r.status === 201 && !r.headers['idempotent-replayed'])).toBe(true);
-    expect(await effects(label)).toBe(50);
+    expect(await t.effects(label)).toBe(50);
   });
 
   it("a handler that outlives its lease is rolled back after a takeover: one effect, the new attempt's", async () => {
-    const label = fresh();
+    const label = t.fresh();
     // First attempt sleeps well past the 600 ms lease; the takeover is fast.
-    api.probe.delays.set(label, [1800, 0]);
-    const slow = post(api.url, '/short-lease', { label }, `k-${label}`);
+    t.api.probe.delays.set(label, [1800, 0]);
+    const slow = post(t.api.url, '/short-lease', { label }, `k-${label}`);
     await sleep(900);
-    const takeover = await post(api.url, '/short-lease', { label }, `k-${label}`);
+    const takeover = await post(t.api.url, '/short-lease', { label }, `k-${label}`);
     expect(takeover.status).toBe(201);
     expect(takeover.json()).toMatchObject({ attempt: 2 });
     const original = await slow;
     expect(original.status).toBe(409);
     expect(original.json()).toMatchObject({ type: ProblemType.leaseLost });
-    expect(api.probe.count(label)).toBe(2);
-    expect(await effects(label)).toBe(1);
-    const later = await post(api.url, '/short-lease', { label }, `k-${label}`);
+    expect(t.api.probe.count(label)).toBe(2);
+    expect(await t.effects(label)).toBe(1);
+    const later = await post(t.api.url, '/short-lease', { label }, `k-${label}`);
     expect(Buffer.compare(later.body, takeover.body)).toBe(0);
     expect(later.headers['idempotent-replayed']).toBe('true');
   });

@@ -1,29 +1,14 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import type pg from 'pg';
+import { describe, expect, it } from '@jest/globals';
 import { ProblemType } from '../src/index.js';
-import { createTables, freshSchema, sqlClient } from './support/database.js';
 import { send } from './support/http.js';
-import { ADAPTERS, startTestApp, type TestApp } from './support/test-app.js';
+import { ADAPTERS } from './support/test-app.js';
+import { useApiSuite } from './support/suite.js';
 
 describe.each(ADAPTERS)('the Idempotency-Key header over %s (CONTRACT A1)', (adapter) => {
-  let api: TestApp;
-  let db: pg.Client;
-  let n = 0;
-  const fresh = () => `${adapter}-${Date.now()}-${++n}`;
-
-  beforeAll(async () => {
-    const schema = await freshSchema(`keys_${adapter}`);
-    await createTables(schema);
-    api = await startTestApp(adapter, schema);
-    db = await sqlClient(schema);
-  });
-  afterAll(async () => {
-    await api?.close();
-    await db?.end();
-  });
+  const t = useApiSuite(adapter, 'keys');
 
   const withKeyHeaders = (label: string, keyHeaders: Array<[string, string]>) =>
-    send(api.url, 'POST', '/items', { headers: [['X-Tenant', 'tenant-a'], ...keyHeaders], body: { label } });
+    send(t.api.url, 'POST', '/items', { headers: [['X-Tenant', 'tenant-a'], ...keyHeaders], body: { label } });
 
   const rejected: Array<[string, Array<[string, string]>]> = [
     ['an empty value', [['Idempotency-Key', '']]],
@@ -48,7 +33,7 @@ describe.each(ADAPTERS)('the Idempotency-Key header over %s (CONTRACT A1)', (ada
   ];
 
   it.each(rejected)('rejects %s with a 400 problem and runs nothing', async (_name, headers) => {
-    const label = fresh();
+    const label = t.fresh();
     const res = await withKeyHeaders(label, headers);
     expect(res.status).toBe(400);
     expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
@@ -58,37 +43,37 @@ describe.each(ADAPTERS)('the Idempotency-Key header over %s (CONTRACT A1)', (ada
       title: expect.any(String),
       detail: expect.any(String),
     });
-    expect(api.probe.count(label)).toBe(0);
+    expect(t.api.probe.count(label)).toBe(0);
   });
 
   it('accepts a key of exactly 255 visible ASCII characters', async () => {
-    const label = fresh();
+    const label = t.fresh();
     const key = `${'!~'.repeat(100)}${label}`.padEnd(255, 'z').slice(0, 255);
     const res = await withKeyHeaders(label, [['Idempotency-Key', key]]);
     expect(res.status).toBe(201);
-    const stored = await db.query('SELECT key FROM idempotency_keys WHERE key = $1', [key]);
+    const stored = await t.db.query('SELECT key FROM idempotency_keys WHERE key = $1', [key]);
     expect(stored.rowCount).toBe(1);
   });
 
   it('treats the sf-string "abc" as the bare key abc', async () => {
-    const label = fresh();
+    const label = t.fresh();
     const bare = await withKeyHeaders(label, [['Idempotency-Key', `k${label}`]]);
     const quoted = await withKeyHeaders(label, [['Idempotency-Key', `"k${label}"`]]);
     expect(bare.status).toBe(201);
     expect(quoted.headers['idempotent-replayed']).toBe('true');
-    expect(api.probe.count(label)).toBe(1);
+    expect(t.api.probe.count(label)).toBe(1);
   });
 
   it('applies sf-string escapes and keeps the key unnormalised', async () => {
-    const label = fresh();
+    const label = t.fresh();
     const res = await withKeyHeaders(label, [['Idempotency-Key', `"a\\"b\\\\c-${label}"`]]);
     expect(res.status).toBe(201);
-    const stored = await db.query('SELECT key FROM idempotency_keys WHERE key = $1', [`a"b\\c-${label}`]);
+    const stored = await t.db.query('SELECT key FROM idempotency_keys WHERE key = $1', [`a"b\\c-${label}`]);
     expect(stored.rowCount).toBe(1);
   });
 
   it('reads the header name case-insensitively', async () => {
-    const label = fresh();
+    const label = t.fresh();
     const res = await withKeyHeaders(label, [['IDEMPOTENCY-KEY', `k-${label}`]]);
     expect(res.status).toBe(201);
     const again = await withKeyHeaders(label, [['idempotency-key', `k-${label}`]]);

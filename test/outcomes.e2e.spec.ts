@@ -1,35 +1,16 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import type pg from 'pg';
+import { describe, expect, it } from '@jest/globals';
 import { ProblemType } from '../src/index.js';
-import { createTables, freshSchema, sqlClient } from './support/database.js';
 import { post, send, sleep } from './support/http.js';
-import { ADAPTERS, startTestApp, type TestApp } from './support/test-app.js';
+import { ADAPTERS } from './support/test-app.js';
+import { useApiSuite } from './support/suite.js';
 
 describe.each(ADAPTERS)('handler outcomes and replay fidelity over %s', (adapter) => {
-  let api: TestApp;
-  let db: pg.Client;
-  let n = 0;
-  const fresh = () => `${adapter}-${Date.now()}-${++n}`;
-
-  beforeAll(async () => {
-    const schema = await freshSchema(`outcomes_${adapter}`);
-    await createTables(schema);
-    api = await startTestApp(adapter, schema);
-    db = await sqlClient(schema);
-  });
-  afterAll(async () => {
-    await api?.close();
-    await db?.end();
-  });
-
-  const effects = async (label: string) =>
-    Number((await db.query('SELECT count(*) FROM effects WHERE label = $1', [label])).rows[0].count);
-  const keyRow = async (key: string) => (await db.query('SELECT * FROM idempotency_keys WHERE key = $1', [key])).rows[0];
+  const t = useApiSuite(adapter, 'outcomes');
 
   /** Sends the same request twice and checks the second is the first, byte for byte, plus the replay header. */
   async function expectIdenticalReplay(path: string, body: unknown, key: string) {
-    const first = await post(api.url, path, body, key);
-    const second = await post(api.url, path, body, key);
+    const first = await post(t.api.url, path, body, key);
+    const second = await post(t.api.url, path, body, key);
     expect(second.status).toBe(first.status);
     expect(Buffer.compare(second.body, first.body)).toBe(0);
     for (const header of ['content-type', 'location', 'etag', 'content-length']) {
@@ -41,19 +22,19 @@ describe.each(ADAPTERS)('handler outcomes and replay fidelity over %s', (adapter
   }
 
   it('a validation pipe rejection releases the key: a corrected body runs at once', async () => {
-    const label = fresh();
-    const bad = await post(api.url, '/validated', { amount: 0, label }, `k-${label}`);
+    const label = t.fresh();
+    const bad = await post(t.api.url, '/validated', { amount: 0, label }, `k-${label}`);
     expect(bad.status).toBe(400);
-    expect(await keyRow(`k-${label}`)).toBeUndefined();
-    const good = await post(api.url, '/validated', { amount: 10, label }, `k-${label}`);
+    expect(await t.keyRow(`k-${label}`)).toBeUndefined();
+    const good = await post(t.api.url, '/validated', { amount: 10, label }, `k-${label}`);
     expect(good.status).toBe(201);
-    expect(api.probe.count(label)).toBe(1);
-    expect(await effects(label)).toBe(1);
+    expect(t.api.probe.count(label)).toBe(1);
+    expect(await t.effects(label)).toBe(1);
   });
 
   it('malformed JSON is answered 400 before any claim', async () => {
-    const label = fresh();
-    const res = await send(api.url, 'POST', '/items', {
+    const label = t.fresh();
+    const res = await send(t.api.url, 'POST', '/items', {
       headers: [
         ['X-Tenant', 'tenant-a'],
         ['Idempotency-Key', `k-${label}`],
@@ -61,88 +42,88 @@ describe.each(ADAPTERS)('handler outcomes and replay fidelity over %s', (adapter
       rawBody: '{"label": ',
     });
     expect(res.status).toBe(400);
-    expect(await keyRow(`k-${label}`)).toBeUndefined();
+    expect(await t.keyRow(`k-${label}`)).toBeUndefined();
   });
 
   it('an HttpException from the handler (402) is stored and replayed; its writes roll back', async () => {
-    const label = fresh();
+    const label = t.fresh();
     const { first } = await expectIdenticalReplay('/decline', { label }, `k-${label}`);
     expect(first.status).toBe(402);
     expect(first.json()).toEqual({ type: 'card_declined', message: 'Your card was declined.' });
-    expect(api.probe.count(label)).toBe(1);
-    expect(await effects(label)).toBe(0);
-    expect((await keyRow(`k-${label}`)).status).toBe('completed');
+    expect(t.api.probe.count(label)).toBe(1);
+    expect(await t.effects(label)).toBe(0);
+    expect((await t.keyRow(`k-${label}`)).status).toBe('completed');
   });
 
   it('any other error rolls back and keeps the lease: 409 until it ends, then a retry takes over', async () => {
-    const label = fresh();
-    const first = await post(api.url, '/boom', { label }, `k-${label}`);
+    const label = t.fresh();
+    const first = await post(t.api.url, '/boom', { label }, `k-${label}`);
     expect(first.status).toBe(500);
-    expect(await effects(label)).toBe(0);
-    const during = await post(api.url, '/boom', { label }, `k-${label}`);
+    expect(await t.effects(label)).toBe(0);
+    const during = await post(t.api.url, '/boom', { label }, `k-${label}`);
     expect(during.status).toBe(409);
     expect(Number(during.headers['retry-after'])).toBeGreaterThanOrEqual(1);
-    expect(api.probe.count(label)).toBe(1);
+    expect(t.api.probe.count(label)).toBe(1);
     await sleep(900); // the route's lease is 800 ms
-    const after = await post(api.url, '/boom', { label }, `k-${label}`);
+    const after = await post(t.api.url, '/boom', { label }, `k-${label}`);
     expect(after.status).toBe(500);
-    expect(api.probe.count(label)).toBe(2);
+    expect(t.api.probe.count(label)).toBe(2);
   });
 
   it("onError: 'release' deletes the claim so a retry runs at once", async () => {
-    const label = fresh();
-    expect((await post(api.url, '/boom-release', { label }, `k-${label}`)).status).toBe(500);
-    expect(await keyRow(`k-${label}`)).toBeUndefined();
-    expect((await post(api.url, '/boom-release', { label }, `k-${label}`)).status).toBe(500);
-    expect(api.probe.count(label)).toBe(2);
-    expect(await effects(label)).toBe(0);
+    const label = t.fresh();
+    expect((await post(t.api.url, '/boom-release', { label }, `k-${label}`)).status).toBe(500);
+    expect(await t.keyRow(`k-${label}`)).toBeUndefined();
+    expect((await post(t.api.url, '/boom-release', { label }, `k-${label}`)).status).toBe(500);
+    expect(t.api.probe.count(label)).toBe(2);
+    expect(await t.effects(label)).toBe(0);
   });
 
   it('replays JSON with unicode, NUL and lone surrogates byte for byte', async () => {
-    const label = fresh();
+    const label = t.fresh();
     const { first } = await expectIdenticalReplay('/unicode', { label }, `k-${label}`);
     expect(first.status).toBe(201);
     expect(first.json().text).toContain('\u0000');
     expect(first.json().text).toContain('🦄');
     expect(first.text()).toContain('"order":{"z":1,"a":2}');
-    expect(api.probe.count(label)).toBe(1);
+    expect(t.api.probe.count(label)).toBe(1);
   });
 
   it('replays a text body with its platform content type', async () => {
-    const label = fresh();
+    const label = t.fresh();
     const { first } = await expectIdenticalReplay('/text', { label }, `k-${label}`);
     expect(first.text()).toBe(`plain text for ${label} ✓`);
     expect(first.headers['content-type']).toMatch(adapter === 'express' ? /^text\/html/ : /^text\/plain/);
   });
 
   it('replays an empty 204', async () => {
-    const label = fresh();
+    const label = t.fresh();
     const { first } = await expectIdenticalReplay('/empty', { label }, `k-${label}`);
     expect(first.status).toBe(204);
     expect(first.body.length).toBe(0);
-    expect(await effects(label)).toBe(1);
+    expect(await t.effects(label)).toBe(1);
   });
 
   it('replays a Buffer as the same raw bytes', async () => {
-    const label = fresh();
+    const label = t.fresh();
     const { first } = await expectIdenticalReplay('/buffer', { label }, `k-${label}`);
     expect([...first.body.subarray(0, 6)]).toEqual([0x00, 0xff, 0xfe, 0x80, 0x0a, 0x0d]);
     expect(first.headers['content-type']).toBe('application/octet-stream');
   });
 
   it('replays @HttpCode, Location, ETag and configured headers; never Set-Cookie or unlisted headers', async () => {
-    const label = fresh();
-    const first = await post(api.url, '/located', { label }, `k-${label}`);
+    const label = t.fresh();
+    const first = await post(t.api.url, '/located', { label }, `k-${label}`);
     expect(first.status).toBe(202);
     expect(first.headers.location).toBe('/items/42');
     expect(first.headers['set-cookie']).toEqual(['session=secret']);
     expect(first.headers['x-not-stored']).toBe('per-response');
-    const second = await post(api.url, '/located', { label }, `k-${label}`);
+    const second = await post(t.api.url, '/located', { label }, `k-${label}`);
     expect(second.status).toBe(202);
     expect(second.headers.location).toBe('/items/42');
     expect(second.headers.etag).toBe(first.headers.etag);
     expect(second.headers['set-cookie']).toBeUndefined();
-    const stored = await keyRow(`k-${label}`);
+    const stored = await t.keyRow(`k-${label}`);
     expect(JSON.stringify(stored.response_headers)).not.toContain('session=secret');
     expect(JSON.stringify(stored.response_headers)).not.toContain('per-response');
     expect(second.headers['x-custom-replayed']).toBe('yes');
@@ -151,120 +132,120 @@ describe.each(ADAPTERS)('handler outcomes and replay fidelity over %s', (adapter
   });
 
   it('replays a redirect with its status and Location', async () => {
-    const label = fresh();
-    const first = await post(api.url, '/redirect', { label }, `k-${label}`);
+    const label = t.fresh();
+    const first = await post(t.api.url, '/redirect', { label }, `k-${label}`);
     expect(first.status).toBe(303);
     expect(first.headers.location).toBe(`/charges/${label}`);
-    const second = await post(api.url, '/redirect', { label }, `k-${label}`);
+    const second = await post(t.api.url, '/redirect', { label }, `k-${label}`);
     expect(second.status).toBe(303);
     expect(second.headers.location).toBe(`/charges/${label}`);
     expect(second.headers['idempotent-replayed']).toBe('true');
-    expect(api.probe.count(label)).toBe(1);
+    expect(t.api.probe.count(label)).toBe(1);
   });
 
   it('a route returning a stream answers a clear 500 problem and leaves no claim in flight', async () => {
-    const label = fresh();
-    const res = await post(api.url, '/stream', { label }, `k-${label}`);
+    const label = t.fresh();
+    const res = await post(t.api.url, '/stream', { label }, `k-${label}`);
     expect(res.status).toBe(500);
     expect(res.json()).toMatchObject({ type: ProblemType.unreplayable });
-    expect(await keyRow(`k-${label}`)).toBeUndefined();
+    expect(await t.keyRow(`k-${label}`)).toBeUndefined();
   });
 
   it('a route using @Res() without passthrough is refused before any claim', async () => {
-    const label = fresh();
-    const res = await post(api.url, '/raw-response', { label }, `k-${label}`);
+    const label = t.fresh();
+    const res = await post(t.api.url, '/raw-response', { label }, `k-${label}`);
     expect(res.status).toBe(500);
     expect(res.json()).toMatchObject({ type: ProblemType.unreplayable });
-    expect(api.probe.count(label)).toBe(0);
-    expect(await keyRow(`k-${label}`)).toBeUndefined();
+    expect(t.api.probe.count(label)).toBe(0);
+    expect(await t.keyRow(`k-${label}`)).toBeUndefined();
   });
 
   it('a server-sent events route is refused before any claim', async () => {
-    const res = await send(api.url, 'GET', '/events', {
+    const res = await send(t.api.url, 'GET', '/events', {
       headers: [
         ['X-Tenant', 'tenant-a'],
-        ['Idempotency-Key', `k-sse-${fresh()}`],
+        ['Idempotency-Key', `k-sse-${t.fresh()}`],
       ],
     });
     expect(res.status).toBe(500);
     expect(res.json()).toMatchObject({ type: ProblemType.unreplayable });
-    expect(api.probe.count('sse')).toBe(0);
-    expect((await db.query('SELECT count(*) FROM idempotency_keys WHERE key LIKE $1', ['k-sse-%'])).rows[0].count).toBe('0');
+    expect(t.api.probe.count('sse')).toBe(0);
+    expect((await t.db.query('SELECT count(*) FROM idempotency_keys WHERE key LIKE $1', ['k-sse-%'])).rows[0].count).toBe('0');
   });
 
   it('the same key in two tenants is two independent keys', async () => {
-    const label = fresh();
+    const label = t.fresh();
     const key = `shared-${label}`;
-    const a = await post(api.url, '/items', { label, who: 'a' }, key, 'tenant-a');
-    const b = await post(api.url, '/items', { label, who: 'b' }, key, 'tenant-b');
+    const a = await post(t.api.url, '/items', { label, who: 'a' }, key, 'tenant-a');
+    const b = await post(t.api.url, '/items', { label, who: 'b' }, key, 'tenant-b');
     expect(a.status).toBe(201);
     expect(b.status).toBe(201);
     expect(b.headers['idempotent-replayed']).toBeUndefined();
     expect(b.text()).not.toContain('"who":"a"');
-    const againB = await post(api.url, '/items', { label, who: 'b' }, key, 'tenant-b');
+    const againB = await post(t.api.url, '/items', { label, who: 'b' }, key, 'tenant-b');
     expect(Buffer.compare(againB.body, b.body)).toBe(0);
-    expect(api.probe.count(label)).toBe(2);
+    expect(t.api.probe.count(label)).toBe(2);
   });
 
   it('a tenant resolver that yields nothing fails closed with a 500 problem and runs nothing', async () => {
-    const label = fresh();
-    const res = await send(api.url, 'POST', '/items', { headers: [['Idempotency-Key', `k-${label}`]], body: { label } });
+    const label = t.fresh();
+    const res = await send(t.api.url, 'POST', '/items', { headers: [['Idempotency-Key', `k-${label}`]], body: { label } });
     expect(res.status).toBe(500);
     expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
     expect(res.json()).toMatchObject({ type: ProblemType.tenantUnresolved });
-    expect(api.probe.count(label)).toBe(0);
-    expect(await keyRow(`k-${label}`)).toBeUndefined();
+    expect(t.api.probe.count(label)).toBe(0);
+    expect(await t.keyRow(`k-${label}`)).toBeUndefined();
   });
 
   it("required: false runs a request without a key, once per request, in the request's manager", async () => {
-    const label = fresh();
-    expect((await post(api.url, '/optional', { label }, undefined)).status).toBe(201);
-    expect((await post(api.url, '/optional', { label }, undefined)).status).toBe(201);
-    expect(await effects(label)).toBe(2);
+    const label = t.fresh();
+    expect((await post(t.api.url, '/optional', { label }, undefined)).status).toBe(201);
+    expect((await post(t.api.url, '/optional', { label }, undefined)).status).toBe(201);
+    expect(await t.effects(label)).toBe(2);
   });
 
   it('a missing key on a required route is a 400 problem', async () => {
-    const label = fresh();
-    const res = await post(api.url, '/items', { label }, undefined);
+    const label = t.fresh();
+    const res = await post(t.api.url, '/items', { label }, undefined);
     expect(res.status).toBe(400);
     expect(res.json()).toMatchObject({ type: ProblemType.missingKey, status: 400, title: expect.any(String) });
-    expect(api.probe.count(label)).toBe(0);
+    expect(t.api.probe.count(label)).toBe(0);
   });
 
   it('routes not marked @Idempotent() ignore the header', async () => {
-    const label = fresh();
-    await post(api.url, `/plain/${label}`, {}, `k-${label}`);
-    await post(api.url, `/plain/${label}`, {}, `k-${label}`);
-    expect(api.probe.count(label)).toBe(2);
-    expect(await keyRow(`k-${label}`)).toBeUndefined();
+    const label = t.fresh();
+    await post(t.api.url, `/plain/${label}`, {}, `k-${label}`);
+    await post(t.api.url, `/plain/${label}`, {}, `k-${label}`);
+    expect(t.api.probe.count(label)).toBe(2);
+    expect(await t.keyRow(`k-${label}`)).toBeUndefined();
   });
 
   it('class-level @Idempotent() applies to every route, @SkipIdempotency() turns one off', async () => {
-    const label = fresh();
-    const on1 = await post(api.url, '/scoped/on', { label }, `k-${label}`);
-    const on2 = await post(api.url, '/scoped/on', { label }, `k-${label}`);
+    const label = t.fresh();
+    const on1 = await post(t.api.url, '/scoped/on', { label }, `k-${label}`);
+    const on2 = await post(t.api.url, '/scoped/on', { label }, `k-${label}`);
     expect(on2.headers['idempotent-replayed']).toBe('true');
     expect(on2.json()).toEqual(on1.json());
-    const off = await post(api.url, '/scoped/off', { label }, `k2-${label}`);
-    const off2 = await post(api.url, '/scoped/off', { label }, `k2-${label}`);
+    const off = await post(t.api.url, '/scoped/off', { label }, `k2-${label}`);
+    const off2 = await post(t.api.url, '/scoped/off', { label }, `k2-${label}`);
     expect(off2.json().at).toBe(off.json().at + 1);
-    expect((await post(api.url, '/scoped/on', { label }, undefined)).status).toBe(400);
-    expect((await send(api.url, 'GET', '/scoped/health', { headers: [['X-Tenant', 'a']] })).status).toBe(200);
+    expect((await post(t.api.url, '/scoped/on', { label }, undefined)).status).toBe(400);
+    expect((await send(t.api.url, 'GET', '/scoped/health', { headers: [['X-Tenant', 'a']] })).status).toBe(200);
   });
 
   it('a per-route fingerprint decides what counts as the same request', async () => {
-    const label = fresh();
-    const first = await post(api.url, '/custom-fingerprint', { label, amount: 5 }, `k-${label}`);
-    const sameAmount = await post(api.url, '/custom-fingerprint', { label: 'other', amount: 5 }, `k-${label}`);
+    const label = t.fresh();
+    const first = await post(t.api.url, '/custom-fingerprint', { label, amount: 5 }, `k-${label}`);
+    const sameAmount = await post(t.api.url, '/custom-fingerprint', { label: 'other', amount: 5 }, `k-${label}`);
     expect(sameAmount.headers['idempotent-replayed']).toBe('true');
     expect(Buffer.compare(sameAmount.body, first.body)).toBe(0);
-    const otherAmount = await post(api.url, '/custom-fingerprint', { label, amount: 6 }, `k-${label}`);
+    const otherAmount = await post(t.api.url, '/custom-fingerprint', { label, amount: 6 }, `k-${label}`);
     expect(otherAmount.status).toBe(422);
   });
 
   it('the same key on another route is a mismatch', async () => {
-    const label = fresh();
-    await post(api.url, '/items', { label }, `k-${label}`);
-    expect((await post(api.url, '/text', { label }, `k-${label}`)).status).toBe(422);
+    const label = t.fresh();
+    await post(t.api.url, '/items', { label }, `k-${label}`);
+    expect((await post(t.api.url, '/text', { label }, `k-${label}`)).status).toBe(422);
   });
 });
