@@ -11,6 +11,7 @@ import { createSampleApp } from './create-app.js';
 import type { EmbeddedDatabase } from './embedded-postgres.js';
 
 const logger = new Logger('SampleApp');
+const REPEATED_SIGNAL_WINDOW_MS = 1_000;
 
 async function main(): Promise<void> {
   const config = loadConfig();
@@ -44,7 +45,8 @@ async function startEmbeddedDatabase(): Promise<EmbeddedDatabase> {
   // On import, embedded-postgres hooks SIGINT, SIGTERM and beforeExit to stop
   // the server and call process.exit(): that would cut off in-flight requests
   // and override the exit code. The app stops the server itself once they are
-  // done, so those hooks are removed; its `exit` hook stays as a last resort.
+  // done, so those hooks are removed; its `exit` hook stays, to stop the
+  // server if the process dies some other way.
   const hooked = ['SIGINT', 'SIGTERM', 'beforeExit'];
   const events: NodeJS.EventEmitter = process;
   const before = new Map(hooked.map((event) => [event, new Set(events.listeners(event))]));
@@ -62,15 +64,15 @@ async function startEmbeddedDatabase(): Promise<EmbeddedDatabase> {
 /**
  * On SIGTERM/SIGINT: stop accepting connections, let in-flight requests
  * finish (up to `shutdownTimeoutMs`), close the app (its shutdown hooks close
- * the connection pool), then stop the embedded server. A second signal, or
- * the timeout, exits at once with status 1.
+ * the connection pool), then stop the embedded server. A second signal (a
+ * second apart from the first), or the timeout, exits at once with status 1.
  *
  * With the embedded server, Ctrl-C in a terminal reaches the server too (same
  * process group) and it shuts down at once, so requests in flight then fail;
  * `kill -TERM <pid>` of the Node process drains them.
  */
 function stopGracefullyOnSignals(app: INestApplication, embedded: EmbeddedDatabase | undefined, config: SampleConfig): void {
-  let stopping = false;
+  let stoppingSince: number | undefined;
   const stopDatabase = async () => {
     if (!embedded) return;
     await embedded.stop();
@@ -84,8 +86,12 @@ function stopGracefullyOnSignals(app: INestApplication, embedded: EmbeddedDataba
       .finally(() => process.exit(1));
   };
   const stop = async (signal: NodeJS.Signals) => {
-    if (stopping) return forceExit(`${signal} received again`);
-    stopping = true;
+    if (stoppingSince !== undefined) {
+      // Under `npm run`, one Ctrl-C arrives twice (from the terminal and forwarded by npm): only a later one forces.
+      if (Date.now() - stoppingSince > REPEATED_SIGNAL_WINDOW_MS) forceExit(`${signal} received again`);
+      return;
+    }
+    stoppingSince = Date.now();
     logger.log(`${signal} received: finishing in-flight requests (up to ${config.shutdownTimeoutMs} ms).`);
     const timer = setTimeout(() => forceExit('Shutdown timeout'), config.shutdownTimeoutMs);
     try {
@@ -100,7 +106,8 @@ function stopGracefullyOnSignals(app: INestApplication, embedded: EmbeddedDataba
     } finally {
       clearTimeout(timer);
     }
-    // Nothing is left on the event loop, so the process now exits on its own.
+    // Explicit, because embedded-postgres's remaining `exit` hook fails when the process ends on its own.
+    process.exit();
   };
   for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, (received: NodeJS.Signals) => void stop(received));
 }
