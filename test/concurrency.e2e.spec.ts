@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { ProblemType } from '../src/index.js';
-import { createTables, databaseUrl, freshSchema } from './support/database.js';
+import { createTables, databaseUrl, freshSchema, sqlClient } from './support/database.js';
 import { post, sleep } from './support/http.js';
 import { TcpProxy, throughProxy } from './support/tcp-proxy.js';
 import { ADAPTERS, startTestApp, type TestApp } from './support/test-app.js';
@@ -90,5 +90,27 @@ describe.each(ADAPTERS)('database unreachable over %s', (adapter) => {
     const up = await post(api.url, '/items', { label }, `k-${label}`);
     expect(up.status).toBe(201);
     expect(api.probe.count(label)).toBe(1);
+  });
+
+  it('a connection lost while the handler runs answers 503, commits nothing, and a retry after the lease succeeds once', async () => {
+    const label = `${adapter}-lost`;
+    api.probe.delays.set(label, [1000]);
+    const pending = post(api.url, '/short-lease', { label }, `k-${label}`);
+    await sleep(300);
+    await proxy.cut();
+    const lost = await pending;
+    expect(lost.status).toBe(503);
+    expect(lost.json()).toMatchObject({ type: ProblemType.unavailable });
+    await proxy.restore();
+    const check = await sqlClient(schema);
+    try {
+      expect((await check.query('SELECT count(*) FROM effects WHERE label = $1', [label])).rows[0].count).toBe('0');
+      await sleep(700); // the route's lease is 600 ms
+      const retry = await post(api.url, '/short-lease', { label }, `k-${label}`);
+      expect(retry.status).toBe(201);
+      expect((await check.query('SELECT count(*) FROM effects WHERE label = $1', [label])).rows[0].count).toBe('1');
+    } finally {
+      await check.end();
+    }
   });
 });

@@ -10,9 +10,13 @@ import { createTableStatements, quoteTableName } from './sql.js';
  * @param tableName the same `tableName` given to the module (default `idempotency_keys`).
  */
 export function createIdempotencyKeysMigration(tableName: string = DEFAULT_TABLE_NAME): new () => MigrationInterface {
-  const suffix = tableName.replace(/[^A-Za-z0-9]/g, '_');
+  // TypeORM reads the timestamp off the end of the name; a custom table gets its own name so both can coexist.
+  const migrationName =
+    tableName === DEFAULT_TABLE_NAME
+      ? 'CreateIdempotencyKeys1764460800000'
+      : `CreateIdempotencyKeys_${tableName.replace(/[^A-Za-z0-9]/g, '_')}_1764460800000`;
   return class implements MigrationInterface {
-    name = `CreateIdempotencyKeys${suffix}1764460800000`;
+    name = migrationName;
 
     async up(queryRunner: QueryRunner): Promise<void> {
       await queryRunner.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`nest-idempotency:migrate:${tableName}`]);

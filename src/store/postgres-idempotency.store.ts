@@ -222,7 +222,9 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   isUnavailableError(error: unknown): boolean {
     for (let current: unknown = error, depth = 0; current && depth < 5; depth++) {
       if (typeof current !== 'object') return false;
-      const { code, message } = current as { code?: unknown; message?: unknown };
+      const { code, message, name } = current as { code?: unknown; message?: unknown; name?: unknown };
+      // TypeORM releases a transaction's runner when its connection dies; later statements then fail with this.
+      if (name === 'QueryRunnerAlreadyReleasedError') return true;
       if (typeof code === 'string' && (UNAVAILABLE_SQLSTATES.has(code) || UNAVAILABLE_ERRNOS.has(code))) return true;
       if (typeof message === 'string' && UNAVAILABLE_MESSAGES.some((m) => message.includes(m))) return true;
       const next = current as { driverError?: unknown; cause?: unknown };

@@ -93,6 +93,8 @@ describe.each(ADAPTERS)('properties over %s', (adapter) => {
   it('any JSON body: executes once under concurrent duplicates, replays byte-identically (also reordered), 422 when changed', async () => {
     await fc.assert(
       fc.asyncProperty(fc.jsonValue({ maxDepth: 6 }), fc.integer({ min: 2, max: 6 }), async (data, copies) => {
+        // Fastify's JSON parser refuses prototype-poisoning keys (400) before any handler runs.
+        fc.pre(!/"(__proto__|constructor)"/.test(JSON.stringify(data)));
         const label = `body-${adapter}-${++n}`;
         const body = { label, data };
         const responses = await Promise.all(Array.from({ length: copies }, () => postRaw(`k-${label}`, body)));
