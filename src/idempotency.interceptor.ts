@@ -98,21 +98,21 @@ export class IdempotencyInterceptor implements NestInterceptor {
       handlerStarted: false,
     };
     try {
-      const outcome = await this.service.run(
-        {
-          tenant,
-          key,
-          fingerprint: this.fingerprint(context, request, route.options),
-          leaseMs: route.options.leaseMs,
-          ttlMs: route.options.ttlMs,
-          run: async () => {
-            const value = await lastValueFrom(next.handle().pipe(defaultIfEmpty(undefined)));
-            return { response: this.capture(response, value, route), result: value };
-          },
-          onFailure: (error) => this.classify(error, execution, route.options, response),
-        },
-        execution,
-      );
+      const scope = {
+        tenant,
+        key,
+        fingerprint: this.fingerprint(context, request, route.options),
+        leaseMs: route.options.leaseMs,
+        ttlMs: route.options.ttlMs,
+        onFailure: (error: unknown) => this.classify(error, execution, route.options, response),
+      };
+      const handle = async () => {
+        const value = await lastValueFrom(next.handle().pipe(defaultIfEmpty(undefined)));
+        return { response: this.capture(response, value, route), result: value };
+      };
+      const outcome = route.options.phases
+        ? await this.service.runPhased({ ...scope, run: handle }, execution)
+        : await this.service.run({ ...scope, run: handle }, execution);
       if (outcome.kind === 'replayed') this.adapter.setHeader(response, REPLAYED_HEADER, 'true');
       return of(this.send(response, outcome.response, route));
     } catch (error) {

@@ -19,6 +19,7 @@ import { IdempotencyService } from './idempotency.service.js';
 import { IdempotencyStore } from './store/idempotency-store.js';
 import { PostgresIdempotencyStore } from './store/postgres-idempotency.store.js';
 import { IdempotencySweeper } from './sweeper/idempotency.sweeper.js';
+import { DownstreamKeys } from './transaction/downstream-keys.js';
 import { TransactionHost } from './transaction/transaction-host.js';
 
 const EXPORTS = [
@@ -62,6 +63,7 @@ export class IdempotencyModule extends ConfigurableModuleClass {
           },
       IdempotencyService,
       TransactionHost,
+      DownstreamKeys,
       IdempotencyInterceptor,
       IdempotencySweeper,
     ];

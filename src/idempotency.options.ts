@@ -63,6 +63,12 @@ export interface IdempotencyRouteOptions {
   onError?: FailurePolicy;
   /** Replaces the default fingerprint (method, URL and parsed body). */
   fingerprint?: FingerprintFunction;
+  /**
+   * Run the handler as atomic phases (`@Phased() phases: Phases`) instead of in
+   * one transaction: each phase commits on its own with a recovery point, and
+   * a takeover resumes after the last one. Default `false`.
+   */
+  phases?: boolean;
 }
 
 export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
@@ -91,6 +97,7 @@ export interface ResolvedRouteOptions {
   onHttpException: FailurePolicy;
   onError: FailurePolicy;
   fingerprint?: FingerprintFunction;
+  phases: boolean;
 }
 
 export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
@@ -169,7 +176,9 @@ export function resolveRouteOptions(
   if (fingerprint !== undefined && typeof fingerprint !== 'function') {
     throw new IdempotencyConfigurationError(messages.config.fingerprint(where));
   }
-  return { required, ttlMs, leaseMs, onHttpException, onError, fingerprint };
+  const phases = options.phases ?? defaults?.phases ?? false;
+  if (typeof phases !== 'boolean') throw new IdempotencyConfigurationError(messages.config.boolean(`${where}: phases`));
+  return { required, ttlMs, leaseMs, onHttpException, onError, fingerprint, phases };
 }
 
 function resolveSweep(sweep: SweepSchedule | false | undefined): ResolvedIdempotencyOptions['sweep'] {

@@ -1,6 +1,13 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { DataSource, EntityManager } from 'typeorm';
-import { IdempotencyEngine, type EngineOutcome, type FailureDecision, type IdempotentWork } from './core/idempotency-engine.js';
+import {
+  IdempotencyEngine,
+  type EngineOutcome,
+  type FailureDecision,
+  type IdempotentWork,
+  type PhasedWork,
+} from './core/idempotency-engine.js';
+import type { Phases } from './core/phases.js';
 import { fingerprintValue } from './core/fingerprint.js';
 import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS } from './idempotency.constants.js';
 import {
@@ -29,6 +36,16 @@ export interface ExecuteInput {
 }
 
 const JSON_HEADERS: Array<[string, string]> = [['content-type', 'application/json']];
+
+/** Results of non-HTTP work are stored as JSON, and read back from it on every call. */
+function encodeResult<T>(value: T): { response: StoredResponse; result: T } {
+  const json = JSON.stringify(value ?? null);
+  return { response: { status: 200, headers: JSON_HEADERS, body: Buffer.from(json, 'utf8') }, result: JSON.parse(json) as T };
+}
+
+function decodeResult<T>(response: StoredResponse): T {
+  return JSON.parse((response.body ?? Buffer.from('null')).toString('utf8')) as T;
+}
 
 /**
  * The engine for callers outside HTTP (message consumers, cron jobs), and the
@@ -62,22 +79,39 @@ export class IdempotencyService {
    * @throws StoreUnavailableError the database cannot be reached
    */
   async execute<T>(input: ExecuteInput, work: (manager: EntityManager) => T | Promise<T>): Promise<T> {
-    const route = resolveRouteOptions({ ttl: input.ttl, lease: input.lease, onError: input.onError }, this.options, 'execute()');
+    const scope = this.scopeOf(input);
     const outcome = await this.run({
+      ...scope,
+      run: async (manager) => encodeResult(await work(manager)),
+    });
+    return decodeResult<T>(outcome.response);
+  }
+
+  /**
+   * `execute` for work written as atomic phases: each `phases.run(name, fn)`
+   * commits on its own with a recovery point, and a later call that takes the
+   * key over (after a crash, once the lease ends) resumes after the last
+   * recorded phase. See `Phases`.
+   */
+  async executePhased<T>(input: ExecuteInput, work: (phases: Phases<EntityManager>) => T | Promise<T>): Promise<T> {
+    const scope = this.scopeOf(input);
+    const outcome = await this.runPhased({
+      ...scope,
+      run: async (phases) => encodeResult(await work(phases)),
+    });
+    return decodeResult<T>(outcome.response);
+  }
+
+  private scopeOf(input: ExecuteInput) {
+    const route = resolveRouteOptions({ ttl: input.ttl, lease: input.lease, onError: input.onError }, this.options, 'execute()');
+    return {
       tenant: input.tenant,
       key: input.key,
       fingerprint: fingerprintValue(input.payload),
       leaseMs: route.leaseMs,
       ttlMs: route.ttlMs,
-      run: async (manager) => {
-        const result = await work(manager);
-        const json = JSON.stringify(result ?? null);
-        const response: StoredResponse = { status: 200, headers: JSON_HEADERS, body: Buffer.from(json, 'utf8') };
-        return { response, result: JSON.parse(json) as T };
-      },
       onFailure: (): FailureDecision => ({ action: route.onError === 'release' ? 'release' : 'keep' }),
-    });
-    return JSON.parse((outcome.response.body ?? Buffer.from('null')).toString('utf8')) as T;
+    };
   }
 
   /**
@@ -87,16 +121,33 @@ export class IdempotencyService {
    */
   run<R>(
     work: IdempotentWork<EntityManager, R>,
-    context: IdempotencyExecutionContext = { manager: this.dataSource.manager, transactional: false, handlerStarted: false },
+    context: IdempotencyExecutionContext = this.newContext(),
   ): Promise<EngineOutcome<R>> {
+    context.scope = { tenant: work.tenant, key: work.key };
     return this.engine.execute({
       ...work,
-      run: (manager) => {
-        context.manager = manager;
-        context.transactional = true;
-        return idempotencyContext.run(context, () => work.run(manager));
-      },
+      run: (manager) => idempotencyContext.run(Object.assign(context, { manager, transactional: true }), () => work.run(manager)),
     });
+  }
+
+  /** `run` for phased work: no transaction around the work, one per phase, each visible through `TransactionHost`. */
+  runPhased<R>(
+    work: PhasedWork<EntityManager, R>,
+    context: IdempotencyExecutionContext = this.newContext(),
+  ): Promise<EngineOutcome<R>> {
+    context.scope = { tenant: work.tenant, key: work.key };
+    return this.engine.executePhased({
+      ...work,
+      run: (phases) => {
+        context.phases = phases;
+        return idempotencyContext.run(context, () => work.run(phases));
+      },
+      enterPhase: (manager, fn) => idempotencyContext.run({ ...context, manager, transactional: true }, fn),
+    });
+  }
+
+  private newContext(): IdempotencyExecutionContext {
+    return { manager: this.dataSource.manager, transactional: false, handlerStarted: false };
   }
 
   /** Runs `fn` with the data source's plain manager as the request context (a route without a key). */

@@ -24,6 +24,7 @@ export {
   type ClaimRef,
   type ClaimRequest,
   type ClaimResult,
+  type PhaseState,
   type StoredResponse,
   type SweepOptions,
   type SweepResult,
@@ -34,6 +35,10 @@ export { createIdempotencyKeyEntity, IdempotencyKeyEntity } from './store/idempo
 export { IdempotencySweeper, type SweepReport } from './sweeper/idempotency.sweeper.js';
 export { TransactionHost } from './transaction/transaction-host.js';
 export { TxManager } from './transaction/tx-manager.decorator.js';
+export { Phased } from './transaction/phased.decorator.js';
+export { DownstreamKeys } from './transaction/downstream-keys.js';
+export { Phases } from './core/phases.js';
+export { deriveKey, businessKey, businessKeyWithin, type DeriveKeyOptions } from './core/derived-keys.js';
 export {
   FingerprintMismatchError,
   IdempotencyError,
@@ -41,7 +46,14 @@ export {
   LeaseLostError,
   StoreUnavailableError,
 } from './core/errors.js';
-export { IdempotencyEngine, type EngineOutcome, type FailureDecision, type IdempotentWork } from './core/idempotency-engine.js';
+export {
+  IdempotencyEngine,
+  type EngineOutcome,
+  type FailureDecision,
+  type IdempotentWork,
+  type PhasedWork,
+  type WorkScope,
+} from './core/idempotency-engine.js';
 export { parseIdempotencyKey, type KeyParseResult, type KeyRejection } from './core/key.js';
 export { fingerprintRequest, fingerprintValue } from './core/fingerprint.js';
 export { IdempotencyConfigurationError } from './errors/configuration.error.js';

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import type { ClaimRef, IdempotencyStore, StoredResponse } from '../store/idempotency-store.js';
+import type { ClaimRef, IdempotencyStore, PhaseState, StoredResponse } from '../store/idempotency-store.js';
 import { FingerprintMismatchError, KeyInFlightError, LeaseLostError, StoreUnavailableError } from './errors.js';
+import { Phases } from './phases.js';
 
 /**
  * What to do with the claim when the work throws (CONTRACT A4.9).
@@ -11,22 +12,33 @@ import { FingerprintMismatchError, KeyInFlightError, LeaseLostError, StoreUnavai
  */
 export type FailureDecision = { action: 'store'; response: StoredResponse } | { action: 'release' } | { action: 'keep' };
 
-export interface IdempotentWork<Tx, R> {
+/** What identifies one idempotent unit of work, and how long it may hold and keep its key. */
+export interface WorkScope {
   tenant: string;
   key: string;
   fingerprint: string;
   leaseMs: number;
   ttlMs: number;
+  /** Classifies a failure of the work. */
+  onFailure: (error: unknown) => FailureDecision;
+}
+
+export interface IdempotentWork<Tx, R> extends WorkScope {
   /** Runs inside the business transaction; `response` is stored in that same transaction. */
   run: (tx: Tx) => Promise<{ response: StoredResponse; result: R }>;
-  /** Classifies a failure of `run`. */
-  onFailure: (error: unknown) => FailureDecision;
+}
+
+export interface PhasedWork<Tx, R> extends WorkScope {
+  /** Runs with no surrounding transaction: each phase opens its own. `response` is stored once it returns. */
+  run: (phases: Phases<Tx>) => Promise<{ response: StoredResponse; result: R }>;
+  /** Wraps each phase's work, e.g. to expose its transaction through AsyncLocalStorage. */
+  enterPhase?: <T>(tx: Tx, fn: () => Promise<T>) => Promise<T>;
 }
 
 export type EngineOutcome<R> =
   | { kind: 'executed'; response: StoredResponse; result: R }
   | { kind: 'replayed'; response: StoredResponse }
-  /** `run` failed and the policy stored `response`; `error` is what it threw. */
+  /** The work failed and the policy stored `response`; `error` is what it threw. */
   | { kind: 'failure-stored'; response: StoredResponse; error: unknown };
 
 /**
@@ -38,6 +50,44 @@ export class IdempotencyEngine<Tx> {
   constructor(private readonly store: IdempotencyStore<Tx>) {}
 
   async execute<R>(work: IdempotentWork<Tx, R>): Promise<EngineOutcome<R>> {
+    const claimed = await this.claim(work);
+    if (claimed.kind === 'replayed') return claimed;
+    const { ref } = claimed;
+    try {
+      const { response, result } = await this.store.transaction(async (tx) => {
+        const done = await work.run(tx);
+        // Fenced by the owner token inside the same transaction: if another
+        // attempt took the key over, throwing here discards the work's writes.
+        if (!(await this.store.complete(ref, done.response, work.ttlMs, tx))) throw new LeaseLostError();
+        return done;
+      });
+      return { kind: 'executed', response, result };
+    } catch (error) {
+      return this.settleFailure(ref, work, error, false);
+    }
+  }
+
+  /**
+   * Like `execute`, for work written as phases (see `Phases`): a takeover
+   * resumes after the last recorded phase instead of starting at the top.
+   */
+  async executePhased<R>(work: PhasedWork<Tx, R>): Promise<EngineOutcome<R>> {
+    const claimed = await this.claim(work);
+    if (claimed.kind === 'replayed') return claimed;
+    const { ref, phases: recorded } = claimed;
+    const phases = new Phases(this.store, ref, recorded, work.leaseMs, work.enterPhase);
+    try {
+      const { response, result } = await work.run(phases);
+      if (!(await this.guard(() => this.store.complete(ref, response, work.ttlMs)))) throw new LeaseLostError();
+      return { kind: 'executed', response, result };
+    } catch (error) {
+      return this.settleFailure(ref, work, error, phases.hasProgress);
+    }
+  }
+
+  private async claim(
+    work: WorkScope,
+  ): Promise<{ kind: 'replayed'; response: StoredResponse } | { kind: 'claimed'; ref: ClaimRef; phases: PhaseState }> {
     const ref: ClaimRef = { tenant: work.tenant, key: work.key, ownerToken: randomUUID() };
     const claim = await this.guard(() =>
       this.store.claim({ ...ref, fingerprint: work.fingerprint, leaseMs: work.leaseMs, ttlMs: work.ttlMs }),
@@ -50,25 +100,21 @@ export class IdempotencyEngine<Tx> {
       case 'mismatch':
         throw new FingerprintMismatchError();
       case 'claimed':
-        break;
-    }
-
-    try {
-      const { response, result } = await this.store.transaction(async (tx) => {
-        const done = await work.run(tx);
-        // Fenced by the owner token inside the same transaction: if another
-        // attempt took the key over, throwing here discards the work's writes.
-        if (!(await this.store.complete(ref, done.response, work.ttlMs, tx))) throw new LeaseLostError();
-        return done;
-      });
-      return { kind: 'executed', response, result };
-    } catch (error) {
-      if (error instanceof LeaseLostError) throw error;
-      return this.settleFailure(ref, work, error);
+        return { kind: 'claimed', ref, phases: claim.phases };
     }
   }
 
-  private async settleFailure<R>(ref: ClaimRef, work: IdempotentWork<Tx, R>, error: unknown): Promise<EngineOutcome<R>> {
+  /**
+   * @param hasProgress phases of this key are committed: releasing the key
+   *   would throw their recovery points away, so `release` keeps it instead.
+   */
+  private async settleFailure<R>(
+    ref: ClaimRef,
+    work: WorkScope,
+    error: unknown,
+    hasProgress: boolean,
+  ): Promise<EngineOutcome<R>> {
+    if (error instanceof LeaseLostError) throw error;
     if (this.store.isUnavailableError(error)) {
       // Whether the commit happened is unknown; the lease decides what a retry sees.
       throw new StoreUnavailableError(error);
@@ -81,7 +127,7 @@ export class IdempotencyEngine<Tx> {
         return { kind: 'failure-stored', response: decision.response, error };
       }
       case 'release':
-        await this.guard(() => this.store.release(ref));
+        if (!hasProgress) await this.guard(() => this.store.release(ref));
         throw error;
       case 'keep':
         throw error;

@@ -16,6 +16,8 @@ export interface IdempotencyKeyRecord {
   responseStatus: number | null;
   responseHeaders: Array<[string, string]> | null;
   responseBody: Buffer | null;
+  recoveryPoint: string | null;
+  phaseResults: string | null;
 }
 
 /**
@@ -44,6 +46,8 @@ export function createIdempotencyKeyEntity(tableName: string = DEFAULT_TABLE_NAM
       responseStatus: { name: 'response_status', type: 'integer', nullable: true },
       responseHeaders: { name: 'response_headers', type: 'jsonb', nullable: true },
       responseBody: { name: 'response_body', type: 'bytea', nullable: true },
+      recoveryPoint: { name: 'recovery_point', type: 'text', nullable: true },
+      phaseResults: { name: 'phase_results', type: 'text', nullable: true },
     },
     checks: [{ expression: `"status" IN ('in_flight', 'completed')` }],
     indices: [{ name: `${bare}_expires_at_idx`, columns: ['expiresAt'] }],

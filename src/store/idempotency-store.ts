@@ -26,8 +26,15 @@ export interface ClaimRequest extends ClaimRef {
  * - `completed`: a stored response exists for the same fingerprint.
  * - `mismatch`: the key is in use by a request with another fingerprint.
  */
+/** The phases an attempt recorded (see `Phases`): the last one done, and every result so far. */
+export interface PhaseState {
+  recoveryPoint: string | null;
+  results: Record<string, unknown>;
+}
+
 export type ClaimResult =
-  | { state: 'claimed'; attempt: number }
+  /** `phases` carries what a predecessor recorded when this claim took the key over. */
+  | { state: 'claimed'; attempt: number; phases: PhaseState }
   | { state: 'in-flight'; retryAfterSeconds: number }
   | { state: 'completed'; response: StoredResponse }
   | { state: 'mismatch' };
@@ -69,6 +76,13 @@ export abstract class IdempotencyStore<Tx = unknown> {
    * when the fence failed (the key was taken over or released).
    */
   abstract complete(ref: ClaimRef, response: StoredResponse, ttlMs: number, tx?: Tx): Promise<boolean>;
+
+  /**
+   * Records a completed phase (its name as the recovery point, and all phase
+   * results), fenced by the owner token and renewing the lease. With `tx`, it
+   * joins the phase's transaction. Resolves to false when the fence failed.
+   */
+  abstract recordPhase(ref: ClaimRef, phases: PhaseState, leaseMs: number, tx?: Tx): Promise<boolean>;
 
   /** Deletes the claim if `ref.ownerToken` still owns it and it is in flight. */
   abstract release(ref: ClaimRef): Promise<boolean>;

@@ -4,6 +4,7 @@ import {
   type ClaimRef,
   type ClaimRequest,
   type ClaimResult,
+  type PhaseState,
   type StoredResponse,
   type SweepOptions,
   type SweepResult,
@@ -17,6 +18,8 @@ interface ClaimRow {
   response_status: number | null;
   response_headers: Array<[string, string]> | null;
   response_body: Buffer | null;
+  recovery_point: string | null;
+  phase_results: string | null;
 }
 
 /** How many times a claim re-reads a row that changed under its statement snapshot. */
@@ -66,6 +69,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   private readonly claimSql: string;
   private readonly completeSql: string;
   private readonly releaseSql: string;
+  private readonly recordPhaseSql: string;
   private readonly sweepBatchSql: string;
   private readonly sweepLockKey: string;
 
@@ -101,13 +105,17 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
           completed_at = NULL,
           response_status = NULL,
           response_headers = NULL,
-          response_body = NULL
+          response_body = NULL,
+          -- A takeover resumes the phases its predecessor recorded; a fresh claim of an expired key starts over.
+          recovery_point = CASE WHEN k.expires_at <= now() THEN NULL ELSE k.recovery_point END,
+          phase_results = CASE WHEN k.expires_at <= now() THEN NULL ELSE k.phase_results END
         WHERE NOT (k.status = 'in_flight' AND k.lease_expires_at > now())
           AND (k.expires_at <= now() OR (k.status = 'in_flight' AND k.fingerprint = EXCLUDED.fingerprint))
-        RETURNING k.attempt
+        RETURNING k.attempt, k.recovery_point, k.phase_results
       )
       SELECT 'claimed' AS state, attempt, NULL::int AS retry_after,
-             NULL::int AS response_status, NULL::jsonb AS response_headers, NULL::bytea AS response_body
+             NULL::int AS response_status, NULL::jsonb AS response_headers, NULL::bytea AS response_body,
+             recovery_point, phase_results
         FROM claimed
       UNION ALL
       SELECT CASE
@@ -122,13 +130,21 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
              GREATEST(1, CEIL(EXTRACT(EPOCH FROM (e.lease_expires_at - now()))))::int,
              e.response_status,
              CASE WHEN e.fingerprint = $3 AND e.status = 'completed' THEN e.response_headers END,
-             CASE WHEN e.fingerprint = $3 AND e.status = 'completed' THEN e.response_body END
+             CASE WHEN e.fingerprint = $3 AND e.status = 'completed' THEN e.response_body END,
+             NULL, NULL
         FROM ${t} e
        WHERE e.tenant_id = $1 AND e.key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)`;
     this.completeSql = `
       UPDATE ${t}
          SET status = 'completed', response_status = $4, response_headers = $5::jsonb, response_body = $6,
              completed_at = now(), expires_at = now() + interval '1 millisecond' * $7::float8
+       WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'`;
+    // Fenced like the completion; also renews the lease, so a handler that keeps
+    // making progress keeps its key.
+    this.recordPhaseSql = `
+      UPDATE ${t}
+         SET recovery_point = $4, phase_results = $5,
+             lease_expires_at = now() + interval '1 millisecond' * $6::float8
        WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'`;
     this.releaseSql = `
       DELETE FROM ${t} WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'`;
@@ -154,7 +170,11 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       if (!row || row.state === 'retry') continue;
       switch (row.state) {
         case 'claimed':
-          return { state: 'claimed', attempt: row.attempt };
+          return {
+            state: 'claimed',
+            attempt: row.attempt,
+            phases: { recoveryPoint: row.recovery_point, results: row.phase_results ? JSON.parse(row.phase_results) : {} },
+          };
         case 'in_flight':
           return { state: 'in-flight', retryAfterSeconds: row.retry_after ?? 1 };
         case 'mismatch':
@@ -181,6 +201,11 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   async complete(ref: ClaimRef, response: StoredResponse, ttlMs: number, tx?: EntityManager): Promise<boolean> {
     const params = [ref.tenant, ref.key, ref.ownerToken, response.status, JSON.stringify(response.headers), response.body, ttlMs];
     return (await this.execute(this.completeSql, params, tx?.queryRunner)) === 1;
+  }
+
+  async recordPhase(ref: ClaimRef, phases: PhaseState, leaseMs: number, tx?: EntityManager): Promise<boolean> {
+    const params = [ref.tenant, ref.key, ref.ownerToken, phases.recoveryPoint, JSON.stringify(phases.results), leaseMs];
+    return (await this.execute(this.recordPhaseSql, params, tx?.queryRunner)) === 1;
   }
 
   async release(ref: ClaimRef): Promise<boolean> {

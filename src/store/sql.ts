@@ -29,6 +29,8 @@ export function createTableStatements(tableName: string): string[] {
       response_status integer,
       response_headers jsonb,
       response_body bytea,
+      recovery_point text,
+      phase_results text,
       PRIMARY KEY (tenant_id, key)
     )`,
     `CREATE INDEX IF NOT EXISTS ${indexName} ON ${table} (expires_at)`,

@@ -1,5 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { EntityManager } from 'typeorm';
+import type { Phases } from '../core/phases.js';
 
 /** What an idempotent execution carries through its async calls. */
 export interface IdempotencyExecutionContext {
@@ -13,6 +14,10 @@ export interface IdempotencyExecutionContext {
    * released rather than stored.
    */
   handlerStarted: boolean;
+  /** The key being executed, for keys derived from it; absent on routes run without a key. */
+  scope?: { tenant: string; key: string };
+  /** The phases of a phased execution (`@Idempotent({ phases: true })`). */
+  phases?: Phases<EntityManager>;
 }
 
 /**
