@@ -10,6 +10,7 @@ export const DEFAULT_TTL_MS = 24 * 60 * 60 * 1000;
 export const DEFAULT_LEASE_MS = 30_000;
 export const DEFAULT_MAX_KEY_LENGTH = 255;
 export const DEFAULT_TABLE_NAME = 'idempotency_keys';
+export const DEFAULT_OUTBOX_TABLE_NAME = 'outbox_messages';
 export const DEFAULT_UNAVAILABLE_RETRY_AFTER_S = 5;
 export const DEFAULT_SWEEP_INTERVAL_MS = 60_000;
 export const DEFAULT_SWEEP_BATCH_SIZE = 1_000;

@@ -19,6 +19,8 @@ import { IdempotencyService } from './idempotency.service.js';
 import { IdempotencyStore } from './store/idempotency-store.js';
 import { PostgresIdempotencyStore } from './store/postgres-idempotency.store.js';
 import { IdempotencySweeper } from './sweeper/idempotency.sweeper.js';
+import { Outbox } from './outbox/outbox.js';
+import { OutboxRelay } from './outbox/outbox-relay.js';
 import { DownstreamKeys } from './transaction/downstream-keys.js';
 import { TransactionHost } from './transaction/transaction-host.js';
 
@@ -64,6 +66,8 @@ export class IdempotencyModule extends ConfigurableModuleClass {
       IdempotencyService,
       TransactionHost,
       DownstreamKeys,
+      Outbox,
+      OutboxRelay,
       IdempotencyInterceptor,
       IdempotencySweeper,
     ];

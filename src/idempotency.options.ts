@@ -8,6 +8,7 @@ import {
   DEFAULT_SWEEP_BATCH_SIZE,
   DEFAULT_SWEEP_INTERVAL_MS,
   DEFAULT_SWEEP_MAX_DURATION_MS,
+  DEFAULT_OUTBOX_TABLE_NAME,
   DEFAULT_TABLE_NAME,
   DEFAULT_TTL_MS,
   DEFAULT_UNAVAILABLE_RETRY_AFTER_S,
@@ -49,6 +50,31 @@ export interface SweepSchedule {
   maxDuration?: Duration;
 }
 
+/** The transactional outbox (see `Outbox` and `OutboxRelay`). */
+export interface OutboxOptions {
+  /** Table of the messages, optionally schema-qualified. Default `'outbox_messages'`. */
+  tableName?: string;
+  /** Run the relay on a schedule (needs `ScheduleModule.forRoot()`), or `false` to call `OutboxRelay.relayOnce()` yourself. Default `false`. */
+  relay?: OutboxRelayOptions | false;
+}
+
+export interface OutboxRelayOptions {
+  /** How often the relay looks for due messages. Default 1 s. */
+  interval?: Duration;
+  /** Messages claimed per round. Default 50. */
+  batchSize?: number;
+  /** Deliveries of one batch run at the same time. Default 10. */
+  concurrency?: number;
+  /** Failed deliveries before a message is dead-lettered. Default 10. */
+  maxAttempts?: number;
+  /** Wait before the first retry; doubles per attempt (with jitter). Default 1 s. */
+  initialBackoff?: Duration;
+  /** Longest wait between retries. Default 5 min. */
+  maxBackoff?: Duration;
+  /** How long a claimed message is reserved for its relay before another may retry it. Default 60 s. */
+  lockTimeout?: Duration;
+}
+
 /** Options that a route can override with `@Idempotent({...})`. */
 export interface IdempotencyRouteOptions {
   /** Whether a request without a key is refused (400). With `false` it runs without idempotency. Default `true`. */
@@ -88,6 +114,8 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
   unavailableRetryAfter?: number;
   /** The scheduled sweeper (needs `ScheduleModule.forRoot()`), or `false` to disable it. Default: enabled, every 60 s. */
   sweep?: SweepSchedule | false;
+  /** The transactional outbox. */
+  outbox?: OutboxOptions;
 }
 
 export interface ResolvedRouteOptions {
@@ -109,6 +137,19 @@ export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
   tableName: string;
   unavailableRetryAfter: number;
   sweep: { intervalMs: number; batchSize: number; maxDurationMs: number } | false;
+  outbox: ResolvedOutboxOptions;
+}
+
+export interface ResolvedOutboxOptions {
+  tableName: string;
+  scheduled: boolean;
+  intervalMs: number;
+  batchSize: number;
+  concurrency: number;
+  maxAttempts: number;
+  initialBackoffMs: number;
+  maxBackoffMs: number;
+  lockMs: number;
 }
 
 const POLICIES: readonly FailurePolicy[] = ['store', 'release', 'keep'];
@@ -132,10 +173,7 @@ export function resolveIdempotencyOptions(options: IdempotencyModuleOptions | un
     if (NEVER_REPLAYED_HEADERS.has(lower)) throw new IdempotencyConfigurationError(messages.config.replayHeader(name));
     replayHeaders.add(lower);
   }
-  const tableName = options.tableName ?? DEFAULT_TABLE_NAME;
-  if (typeof tableName !== 'string' || !/^[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)?$/.test(tableName)) {
-    throw new IdempotencyConfigurationError(messages.config.tableName(tableName));
-  }
+  const tableName = tableNameOption(options.tableName ?? DEFAULT_TABLE_NAME, 'tableName');
   const unavailableRetryAfter = options.unavailableRetryAfter ?? DEFAULT_UNAVAILABLE_RETRY_AFTER_S;
   if (!Number.isInteger(unavailableRetryAfter) || unavailableRetryAfter < 1) {
     throw new IdempotencyConfigurationError(messages.config.positive('unavailableRetryAfter', unavailableRetryAfter));
@@ -153,6 +191,36 @@ export function resolveIdempotencyOptions(options: IdempotencyModuleOptions | un
     tableName,
     unavailableRetryAfter,
     sweep: resolveSweep(options.sweep),
+    outbox: resolveOutbox(options.outbox),
+  };
+}
+
+function tableNameOption(value: unknown, name: string): string {
+  if (typeof value !== 'string' || !/^[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)?$/.test(value)) {
+    throw new IdempotencyConfigurationError(messages.config.tableName(name, value));
+  }
+  return value;
+}
+
+function positiveInteger(value: number, name: string): number {
+  if (!Number.isInteger(value) || value < 1) throw new IdempotencyConfigurationError(messages.config.positive(name, value));
+  return value;
+}
+
+function resolveOutbox(outbox: OutboxOptions | undefined): ResolvedOutboxOptions {
+  const relay = outbox?.relay || {};
+  const duration = (value: Duration | undefined, fallback: number, name: string) =>
+    value === undefined ? fallback : toMs(value, `outbox.relay.${name}`);
+  return {
+    tableName: tableNameOption(outbox?.tableName ?? DEFAULT_OUTBOX_TABLE_NAME, 'outbox.tableName'),
+    scheduled: !!outbox?.relay,
+    intervalMs: duration(relay.interval, 1_000, 'interval'),
+    batchSize: positiveInteger(relay.batchSize ?? 50, 'outbox.relay.batchSize'),
+    concurrency: positiveInteger(relay.concurrency ?? 10, 'outbox.relay.concurrency'),
+    maxAttempts: positiveInteger(relay.maxAttempts ?? 10, 'outbox.relay.maxAttempts'),
+    initialBackoffMs: duration(relay.initialBackoff, 1_000, 'initialBackoff'),
+    maxBackoffMs: duration(relay.maxBackoff, 300_000, 'maxBackoff'),
+    lockMs: duration(relay.lockTimeout, 60_000, 'lockTimeout'),
   };
 }
 

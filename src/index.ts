@@ -58,3 +58,8 @@ export { parseIdempotencyKey, type KeyParseResult, type KeyRejection } from './c
 export { fingerprintRequest, fingerprintValue } from './core/fingerprint.js';
 export { IdempotencyConfigurationError } from './errors/configuration.error.js';
 export { IdempotencyProblemException, ProblemType, PROBLEM_CONTENT_TYPE, type ProblemDetails } from './errors/problems.js';
+export { Outbox, type EnqueueOptions } from './outbox/outbox.js';
+export { OutboxRelay, type OutboxHandler, type RelayReport } from './outbox/outbox-relay.js';
+export { OutboxStore, type OutboxMessage } from './outbox/outbox.store.js';
+export { createOutboxMigration, CreateOutboxMessages1764547200000 } from './outbox/outbox.migration.js';
+export type { OutboxOptions, OutboxRelayOptions } from './idempotency.options.js';

@@ -11,8 +11,8 @@ export const messages = {
       `IdempotencyModule: \`maxKeyLength\` must be an integer from 1 to 8192, got ${String(value)}.`,
     replayHeader: (name: string) =>
       `IdempotencyModule: \`replayHeaders\` may not include "${name}": it is specific to one response and is never replayed.`,
-    tableName: (value: unknown) =>
-      `IdempotencyModule: \`tableName\` must be a plain SQL identifier, optionally schema-qualified (e.g. "public.idempotency_keys"), got ${JSON.stringify(value)}.`,
+    tableName: (name: string, value: unknown) =>
+      `IdempotencyModule: \`${name}\` must be a plain SQL identifier, optionally schema-qualified (e.g. "public.idempotency_keys"), got ${JSON.stringify(value)}.`,
     dataSource:
       'IdempotencyModule: `dataSource` must be the non-empty name of a TypeORM data source, or left out for the default one.',
     positive: (name: string, value: unknown) =>
@@ -31,8 +31,9 @@ export const messages = {
       `@Idempotent() route ${route} cannot be replayed: ${why}. Return a value (object, string or Buffer) instead, ` +
       'or use @Res({ passthrough: true }).',
     scheduleMissing:
-      'IdempotencyModule: the sweeper is enabled but @nestjs/schedule is not set up. Import ScheduleModule.forRoot() ' +
-      'in your app, or pass `sweep: false` and call IdempotencyService.sweep() yourself.',
+      'IdempotencyModule: the sweeper (or the outbox relay) is scheduled but @nestjs/schedule is not set up. Install ' +
+      '@nestjs/schedule and import ScheduleModule.forRoot() in your app, or pass `sweep: false` (and no `outbox.relay`) ' +
+      'and call IdempotencyService.sweep() / OutboxRelay.relayOnce() yourself.',
   },
   problems: {
     missingKey: (header: string) => `This endpoint requires an ${header} header.`,

@@ -36,3 +36,26 @@ export function createTableStatements(tableName: string): string[] {
     `CREATE INDEX IF NOT EXISTS ${indexName} ON ${table} (expires_at)`,
   ];
 }
+
+/** DDL of the transactional outbox table. The partial index serves the relay's "next due" query. */
+export function createOutboxStatements(tableName: string): string[] {
+  const table = quoteTableName(tableName);
+  const indexName = quoteTableName(`${tableName.split('.').pop()}_due_idx`);
+  return [
+    `CREATE TABLE IF NOT EXISTS ${table} (
+      id bigserial PRIMARY KEY,
+      tenant_id text,
+      topic text NOT NULL,
+      payload text NOT NULL,
+      status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'delivered', 'dead')),
+      attempts integer NOT NULL DEFAULT 0,
+      available_at timestamptz NOT NULL DEFAULT now(),
+      locked_until timestamptz,
+      lock_token uuid,
+      last_error text,
+      created_at timestamptz NOT NULL DEFAULT now(),
+      delivered_at timestamptz
+    )`,
+    `CREATE INDEX IF NOT EXISTS ${indexName} ON ${table} (available_at, id) WHERE status = 'pending'`,
+  ];
+}

@@ -1,10 +1,9 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
-import { IdempotencyConfigurationError } from '../errors/configuration.error.js';
-import { messages } from '../errors/messages.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { IdempotencyStore, type SweepResult } from '../store/idempotency-store.js';
+import { schedulerRegistry } from './scheduler-registry.js';
 
 /** What the last run of the sweeper in this process did. */
 export interface SweepReport extends SweepResult {
@@ -36,7 +35,7 @@ export class IdempotencySweeper implements OnApplicationBootstrap, OnApplication
   async onApplicationBootstrap(): Promise<void> {
     const sweep = this.options.sweep;
     if (!sweep) return;
-    const registry = await this.schedulerRegistry();
+    const registry = await schedulerRegistry(this.moduleRef);
     const name = `nest-idempotency:sweep:${this.options.tableName}`;
     this.timer = setInterval(() => void this.runOnce(), sweep.intervalMs);
     this.timer.unref?.();
@@ -76,23 +75,5 @@ export class IdempotencySweeper implements OnApplicationBootstrap, OnApplication
       this.logger.warn(`Sweep failed: ${error instanceof Error ? error.message : String(error)}`);
     }
     return this.lastRun;
-  }
-
-  private async schedulerRegistry(): Promise<{
-    addInterval(name: string, interval: ReturnType<typeof setInterval>): void;
-    deleteInterval(name: string): void;
-    doesExist(type: 'interval', name: string): boolean;
-  }> {
-    let schedule: typeof import('@nestjs/schedule');
-    try {
-      schedule = await import('@nestjs/schedule');
-    } catch {
-      throw new IdempotencyConfigurationError(messages.config.scheduleMissing);
-    }
-    try {
-      return this.moduleRef.get(schedule.SchedulerRegistry, { strict: false });
-    } catch {
-      throw new IdempotencyConfigurationError(messages.config.scheduleMissing);
-    }
   }
 }

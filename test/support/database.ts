@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { DataSource, type DataSourceOptions, type Logger as TypeOrmLogger } from 'typeorm';
-import { createTableStatements } from '../../src/store/sql.js';
+import { createOutboxStatements, createTableStatements } from '../../src/store/sql.js';
 
 export function databaseUrl(): string {
   const url = process.env.DATABASE_URL;
@@ -80,4 +80,14 @@ export async function openDataSource(options: DataSourceOptions): Promise<DataSo
   const dataSource = new DataSource(options);
   await dataSource.initialize();
   return dataSource;
+}
+
+/** Creates the outbox table in `schema`. */
+export async function createOutboxTable(schema: string, tableName = 'outbox_messages'): Promise<void> {
+  const client = await sqlClient(schema);
+  try {
+    for (const statement of createOutboxStatements(tableName)) await client.query(statement);
+  } finally {
+    await client.end();
+  }
 }

@@ -1,0 +1,47 @@
+import { Inject, Injectable } from '@nestjs/common';
+import type { DataSource, EntityManager } from 'typeorm';
+import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
+import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
+import { idempotencyContext } from '../transaction/idempotency-context.js';
+import { TransactionHost } from '../transaction/transaction-host.js';
+import { OutboxStore } from './outbox.store.js';
+
+export interface EnqueueOptions {
+  /** Defaults to the tenant of the idempotent request or execution running now. */
+  tenant?: string | null;
+  /** Deliver no sooner than this many milliseconds from now. */
+  delayMs?: number;
+  /** The transaction to join; defaults to the current one (`TransactionHost.manager`). */
+  manager?: EntityManager;
+}
+
+/**
+ * Writes side effects that cannot take an idempotency key (an email, an SMS,
+ * a webhook) to the outbox table in the same transaction as the business
+ * change: the message exists if and only if the change committed. The
+ * `OutboxRelay` then delivers it at least once.
+ */
+@Injectable()
+export class Outbox {
+  readonly store: OutboxStore;
+
+  constructor(
+    private readonly tx: TransactionHost,
+    @Inject(IDEMPOTENCY_DATA_SOURCE) dataSource: DataSource,
+    @Inject(IDEMPOTENCY_OPTIONS) options: ResolvedIdempotencyOptions,
+  ) {
+    this.store = new OutboxStore(dataSource, options.outbox.tableName);
+  }
+
+  /**
+   * Adds a message in the current transaction. Outside one (no idempotent
+   * request or phase running, and no `manager` given) the insert commits on
+   * its own, which gives up the atomicity the outbox exists for.
+   *
+   * @returns the message id
+   */
+  enqueue(topic: string, payload: unknown, options: EnqueueOptions = {}): Promise<string> {
+    const tenant = options.tenant === undefined ? (idempotencyContext.getStore()?.scope?.tenant ?? null) : options.tenant;
+    return this.store.enqueue(options.manager ?? this.tx.manager, { tenant, topic, payload, delayMs: options.delayMs });
+  }
+}
