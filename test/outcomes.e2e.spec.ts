@@ -243,6 +243,26 @@ describe.each(ADAPTERS)('handler outcomes and replay fidelity over %s', (adapter
     expect(otherAmount.status).toBe(422);
   });
 
+  it('a phased route resumes after the last recorded phase when a retry takes it over', async () => {
+    const label = t.fresh();
+    t.api.probe.crashAfter.set(label, 'first');
+    const crashed = await post(t.api.url, '/phased', { label }, `k-${label}`);
+    expect(crashed.status).toBe(500);
+    expect((await t.keyRow(`k-${label}`)).recovery_point).toBe('first');
+    expect(await t.effects(`${label}:first`)).toBe(1);
+    await t.db.query(`UPDATE idempotency_keys SET lease_expires_at = now() - interval '1 second' WHERE key = $1`, [`k-${label}`]);
+    const resumed = await post(t.api.url, '/phased', { label }, `k-${label}`);
+    expect(resumed.status).toBe(201);
+    expect(resumed.json()).toMatchObject({ resumed: true, second: { downstreamKey: expect.stringMatching(/^provider_/) } });
+    expect(t.api.probe.count(`${label}:first`)).toBe(1);
+    expect(t.api.probe.count(`${label}:second`)).toBe(1);
+    expect(await t.effects(`${label}:first`)).toBe(1);
+    expect(await t.effects(`${label}:second`)).toBe(1);
+    const replay = await post(t.api.url, '/phased', { label }, `k-${label}`);
+    expect(Buffer.compare(replay.body, resumed.body)).toBe(0);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+  });
+
   it('the same key on another route is a mismatch', async () => {
     const label = t.fresh();
     await post(t.api.url, '/items', { label }, `k-${label}`);

@@ -12,7 +12,6 @@ export interface ApiSuite {
   fresh(): string;
   /** Effect rows written under `label`: what actually committed. */
   effects(label: string): Promise<number>;
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- a raw row, or undefined when absent
   keyRow(key: string, tenant?: string): Promise<any>;
 }
 

@@ -28,8 +28,10 @@ import {
   Idempotent,
   IdempotencyModule,
   SkipIdempotency,
+  Phased,
   TransactionHost,
   TxManager,
+  type Phases,
   type IdempotencyModuleOptions,
 } from '../../src/index.js';
 import { dataSourceOptions } from './database.js';
@@ -42,6 +44,8 @@ export class Probe {
   invocations = new Map<string, number>();
   /** Per-label queue of delays (ms) consumed by successive invocations of `/slow`. */
   delays = new Map<string, number[]>();
+  /** Labels whose next `/phased` attempt fails right after this phase. */
+  crashAfter = new Map<string, string>();
 
   count(label: string): number {
     return this.invocations.get(label) ?? 0;
@@ -206,6 +210,29 @@ function controllers(probe: Probe) {
     rawResponse(@Body() body: { label: string }, @Res() res: unknown) {
       probe.record(body.label);
       void res;
+    }
+
+    @Post('phased')
+    @Idempotent({ phases: true })
+    async phased(@Body() body: { label: string }, @Phased() phases: Phases<EntityManager>) {
+      const crash = (phase: string) => {
+        if (probe.crashAfter.get(body.label) === phase) {
+          probe.crashAfter.delete(body.label);
+          throw new Error(`crash after ${phase}`);
+        }
+      };
+      const first = await phases.run('first', async () => {
+        probe.record(`${body.label}:first`);
+        return this.ledger.write('phased', `${body.label}:first`);
+      });
+      crash('first');
+      const second = await phases.run('second', async (tx) => {
+        probe.record(`${body.label}:second`);
+        await tx.query('INSERT INTO effects (tenant, label) VALUES ($1, $2)', ['phased', `${body.label}:second`]);
+        return { downstreamKey: phases.key('provider', { maxLength: 64 }) };
+      });
+      crash('second');
+      return { first, second, resumed: phases.resumed };
     }
 
     @Sse('events')
