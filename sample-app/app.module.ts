@@ -11,7 +11,9 @@ import { ChargesModule } from './charges/charges.module.js';
 import type { SampleConfig } from './config.js';
 import { dataSourceOptions } from './database/data-source-options.js';
 import { runMigrationsSerialised } from './database/migrate.js';
+import { faultInjectionProviders } from './faults/fault-injection.interceptor.js';
 import { HealthController } from './health/health.controller.js';
+import { OrdersModule } from './orders/orders.module.js';
 
 export type AppModuleConfig = SampleConfig & { databaseUrl: string };
 
@@ -47,9 +49,12 @@ export class AppModule {
           lease: config.leaseMs,
           ttl: config.ttlMs,
           sweep: { interval: config.sweepIntervalMs },
+          // The checkout's receipts: delivered by the relay, at least once.
+          outbox: { relay: { interval: 500 } },
         }),
         TerminusModule,
         ChargesModule,
+        OrdersModule,
       ],
       controllers: [HealthController],
       providers: [
@@ -60,6 +65,8 @@ export class AppModule {
           // A rejected body answers 400 before the handler starts, so the module releases the key.
           useValue: new ValidationPipe({ whitelist: true, forbidNonWhitelisted: true, transform: true }),
         },
+        // Test-only crash hook for the reliability suite; registers nothing unless SAMPLE_FAULT_INJECTION=1.
+        ...faultInjectionProviders(),
       ],
     };
   }

@@ -377,13 +377,23 @@ describe('sample app startup and health', () => {
     try {
       const migrations = await db.query('SELECT name FROM migrations ORDER BY id');
       expect(migrations.rows.map((r) => r.name)).toEqual([
-        'CreateIdempotencyKeysidempotency_keys1764460800000',
+        'CreateIdempotencyKeys1764460800000',
         'CreateCharges1764460900000',
+        'CreateOutboxMessages1764547200000',
+        'CreateOrders1764547300000',
       ]);
       const tables = await db.query('SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1', [
         schema,
       ]);
-      expect(tables.rows.map((r) => r.table_name)).toEqual(['charges', 'idempotency_keys', 'migrations']);
+      expect(tables.rows.map((r) => r.table_name)).toEqual([
+        'charges',
+        'idempotency_keys',
+        'migrations',
+        'orders',
+        'outbox_messages',
+        'provider_charges',
+        'receipt_deliveries',
+      ]);
     } finally {
       await db.end();
     }

@@ -27,6 +27,9 @@ import { TransactionHost } from './transaction/transaction-host.js';
 const EXPORTS = [
   IdempotencyService,
   TransactionHost,
+  DownstreamKeys,
+  Outbox,
+  OutboxRelay,
   IdempotencyStore,
   IdempotencyInterceptor,
   IdempotencySweeper,

@@ -1,7 +1,8 @@
 import type { DataSourceOptions } from 'typeorm';
-import { CreateIdempotencyKeys1764460800000 } from '../../src/index.js';
+import { CreateIdempotencyKeys1764460800000, CreateOutboxMessages1764547200000 } from '../../src/index.js';
 import { ChargeEntity } from '../charges/charge.entity.js';
 import { CreateCharges1764460900000 } from '../migrations/1764460900000-create-charges.js';
+import { CreateOrders1764547300000 } from '../migrations/1764547300000-create-orders.js';
 
 /** The app's TypeORM options: schema by migrations only, never `synchronize`. */
 export function dataSourceOptions(url: string, schema: string | undefined): DataSourceOptions {
@@ -11,7 +12,12 @@ export function dataSourceOptions(url: string, schema: string | undefined): Data
     schema,
     entities: [ChargeEntity],
     // The module's migration for `idempotency_keys` beside the app's own.
-    migrations: [CreateIdempotencyKeys1764460800000, CreateCharges1764460900000],
+    migrations: [
+      CreateIdempotencyKeys1764460800000,
+      CreateCharges1764460900000,
+      CreateOutboxMessages1764547200000,
+      CreateOrders1764547300000,
+    ],
     // Run by runMigrationsSerialised() after initialisation, under a lock (see there).
     migrationsRun: false,
     synchronize: false,
