@@ -3,7 +3,7 @@ import { ModuleRef } from '@nestjs/core';
 import { randomUUID } from 'node:crypto';
 import { IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
-import { schedulerRegistry } from '../sweeper/scheduler-registry.js';
+import { scheduleInterval } from '../sweeper/scheduler-registry.js';
 import { Outbox } from './outbox.js';
 import type { OutboxMessage } from './outbox.store.js';
 
@@ -33,9 +33,8 @@ export interface RelayReport {
 export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdown {
   private readonly logger = new Logger('OutboxRelay');
   private readonly handlers = new Map<string, OutboxHandler>();
-  private timer?: ReturnType<typeof setInterval>;
   private running?: Promise<RelayReport>;
-  private unregister?: () => void;
+  private stopSchedule?: () => void;
 
   constructor(
     private readonly outbox: Outbox,
@@ -53,22 +52,14 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
   async onApplicationBootstrap(): Promise<void> {
     const outbox = this.options.outbox;
     if (!outbox.scheduled) return;
-    const registry = await schedulerRegistry(this.moduleRef);
     const name = `nest-idempotency:outbox:${outbox.tableName}`;
-    this.timer = setInterval(
-      () => void this.relayOnce().catch((e) => this.logger.warn(`Relay round failed: ${String(e)}`)),
-      outbox.intervalMs,
-    );
-    this.timer.unref?.();
-    registry.addInterval(name, this.timer);
-    this.unregister = () => {
-      if (registry.doesExist('interval', name)) registry.deleteInterval(name);
-    };
+    this.stopSchedule = await scheduleInterval(this.moduleRef, name, outbox.intervalMs, () => {
+      this.relayOnce().catch((error: unknown) => this.logger.warn(`Relay round failed: ${String(error)}`));
+    });
   }
 
   onApplicationShutdown(): Promise<unknown> | void {
-    this.unregister?.();
-    if (this.timer) clearInterval(this.timer);
+    this.stopSchedule?.();
     return this.running?.catch(() => undefined);
   }
 

@@ -1,6 +1,7 @@
-import type { MigrationInterface, QueryRunner } from 'typeorm';
+import type { MigrationInterface } from 'typeorm';
 import { DEFAULT_TABLE_NAME } from '../idempotency.constants.js';
-import { createTableStatements, quoteTableName } from './sql.js';
+import { lockedTableMigration } from './locked-migration.js';
+import { createTableStatements } from './sql.js';
 
 /**
  * A migration class for the key table, to add to your own `migrations` list.
@@ -10,23 +11,13 @@ import { createTableStatements, quoteTableName } from './sql.js';
  * @param tableName the same `tableName` given to the module (default `idempotency_keys`).
  */
 export function createIdempotencyKeysMigration(tableName: string = DEFAULT_TABLE_NAME): new () => MigrationInterface {
-  // TypeORM reads the timestamp off the end of the name; a custom table gets its own name so both can coexist.
-  const migrationName =
-    tableName === DEFAULT_TABLE_NAME
-      ? 'CreateIdempotencyKeys1764460800000'
-      : `CreateIdempotencyKeys_${tableName.replace(/[^A-Za-z0-9]/g, '_')}_1764460800000`;
-  return class implements MigrationInterface {
-    name = migrationName;
-
-    async up(queryRunner: QueryRunner): Promise<void> {
-      await queryRunner.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`nest-idempotency:migrate:${tableName}`]);
-      for (const statement of createTableStatements(tableName)) await queryRunner.query(statement);
-    }
-
-    async down(queryRunner: QueryRunner): Promise<void> {
-      await queryRunner.query(`DROP TABLE IF EXISTS ${quoteTableName(tableName)}`);
-    }
-  };
+  return lockedTableMigration({
+    baseName: 'CreateIdempotencyKeys',
+    timestamp: 1764460800000,
+    tableName,
+    defaultTableName: DEFAULT_TABLE_NAME,
+    statements: createTableStatements,
+  });
 }
 
 /** The migration for the default table name `idempotency_keys`. */

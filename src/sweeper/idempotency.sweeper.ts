@@ -3,7 +3,7 @@ import { ModuleRef } from '@nestjs/core';
 import { IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { IdempotencyStore, type SweepResult } from '../store/idempotency-store.js';
-import { schedulerRegistry } from './scheduler-registry.js';
+import { scheduleInterval } from './scheduler-registry.js';
 
 /** What the last run of the sweeper in this process did. */
 export interface SweepReport extends SweepResult {
@@ -20,9 +20,8 @@ export interface SweepReport extends SweepResult {
 @Injectable()
 export class IdempotencySweeper implements OnApplicationBootstrap, OnApplicationShutdown {
   private readonly logger = new Logger('IdempotencySweeper');
-  private timer?: ReturnType<typeof setInterval>;
   private running?: Promise<SweepReport>;
-  private registryCleanup?: () => void;
+  private stopSchedule?: () => void;
   /** The figures of the last finished run in this process, if any. */
   lastRun?: SweepReport;
 
@@ -35,19 +34,12 @@ export class IdempotencySweeper implements OnApplicationBootstrap, OnApplication
   async onApplicationBootstrap(): Promise<void> {
     const sweep = this.options.sweep;
     if (!sweep) return;
-    const registry = await schedulerRegistry(this.moduleRef);
     const name = `nest-idempotency:sweep:${this.options.tableName}`;
-    this.timer = setInterval(() => void this.runOnce(), sweep.intervalMs);
-    this.timer.unref?.();
-    registry.addInterval(name, this.timer);
-    this.registryCleanup = () => {
-      if (registry.doesExist('interval', name)) registry.deleteInterval(name);
-    };
+    this.stopSchedule = await scheduleInterval(this.moduleRef, name, sweep.intervalMs, () => void this.runOnce());
   }
 
   onApplicationShutdown(): Promise<unknown> | void {
-    this.registryCleanup?.();
-    if (this.timer) clearInterval(this.timer);
+    this.stopSchedule?.();
     return this.running;
   }
 

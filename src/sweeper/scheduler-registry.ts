@@ -22,3 +22,25 @@ export async function schedulerRegistry(moduleRef: ModuleRef): Promise<IntervalR
     throw new IdempotencyConfigurationError(messages.config.scheduleMissing);
   }
 }
+
+/**
+ * Runs `tick` every `intervalMs`, registered in the app's SchedulerRegistry
+ * under `name` so it shows up with the app's other jobs.
+ * @returns a function that stops it
+ */
+export async function scheduleInterval(
+  moduleRef: ModuleRef,
+  name: string,
+  intervalMs: number,
+  tick: () => void,
+): Promise<() => void> {
+  const registry = await schedulerRegistry(moduleRef);
+  const timer = setInterval(tick, intervalMs);
+  // A pending tick must not keep a process alive that is otherwise done.
+  timer.unref?.();
+  registry.addInterval(name, timer);
+  return () => {
+    if (registry.doesExist('interval', name)) registry.deleteInterval(name);
+    clearInterval(timer);
+  };
+}
