@@ -138,7 +138,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
     if (error instanceof StoreUnavailableError) {
       this.logger.error(messages.log.unavailable(routeName));
-      this.fail(response, problems.unavailable(this.options.unavailableRetryAfter, error.cause));
+      this.fail(response, problems.unavailable(this.options.unavailableRetryAfter, error.cause, error.outcome));
     }
     if (error instanceof UnreplayableResponseError) {
       this.logger.error(messages.config.unreplayableRoute(routeName, error.message));

@@ -82,7 +82,11 @@ describe.each(ADAPTERS)('database unreachable over %s', (adapter) => {
     const down = await post(api.url, '/items', { label }, `k-${label}`);
     expect(down.status).toBe(503);
     expect(down.headers['content-type']).toMatch(/^application\/problem\+json/);
-    expect(down.json()).toMatchObject({ type: ProblemType.unavailable, status: 503 });
+    expect(down.json()).toMatchObject({
+      type: ProblemType.unavailable,
+      status: 503,
+      detail: expect.stringMatching(/not processed/),
+    });
     expect(Number(down.headers['retry-after'])).toBeGreaterThanOrEqual(1);
     expect(api.probe.count(label)).toBe(0);
 
@@ -100,7 +104,7 @@ describe.each(ADAPTERS)('database unreachable over %s', (adapter) => {
     await proxy.cut();
     const lost = await pending;
     expect(lost.status).toBe(503);
-    expect(lost.json()).toMatchObject({ type: ProblemType.unavailable });
+    expect(lost.json()).toMatchObject({ type: ProblemType.unavailable, detail: expect.stringMatching(/unknown/) });
     await proxy.restore();
     const check = await sqlClient(schema);
     try {

@@ -34,9 +34,23 @@ export class LeaseLostError extends IdempotencyError {
   }
 }
 
-/** The store could not be reached; the work did not run (or its outcome was not recorded). */
+/**
+ * The store could not be reached. `outcome` says what that means for the work:
+ * `'not-run'` when the claim itself failed (the work never started), or
+ * `'unknown'` when the connection was lost after the work started, e.g. during
+ * its COMMIT, which may or may not have happened. Either way, retrying with the
+ * same key is safe and tells which.
+ */
 export class StoreUnavailableError extends IdempotencyError {
-  constructor(cause: unknown) {
-    super('The idempotency store cannot be reached.', { cause });
+  constructor(
+    cause: unknown,
+    readonly outcome: 'not-run' | 'unknown' = 'not-run',
+  ) {
+    super(
+      outcome === 'not-run'
+        ? 'The idempotency store cannot be reached; the work did not run.'
+        : 'The idempotency store was lost while the work ran; whether it committed is unknown until a retry with the same key.',
+      { cause },
+    );
   }
 }

@@ -78,7 +78,7 @@ export class IdempotencyEngine<Tx> {
     const phases = new Phases(this.store, ref, recorded, work.leaseMs, work.enterPhase);
     try {
       const { response, result } = await work.run(phases);
-      if (!(await this.guard(() => this.store.complete(ref, response, work.ttlMs)))) throw new LeaseLostError();
+      if (!(await this.guard(() => this.store.complete(ref, response, work.ttlMs), 'unknown'))) throw new LeaseLostError();
       return { kind: 'executed', response, result };
     } catch (error) {
       return this.settleFailure(ref, work, error, phases.hasProgress);
@@ -117,28 +117,29 @@ export class IdempotencyEngine<Tx> {
     if (error instanceof LeaseLostError) throw error;
     if (this.store.isUnavailableError(error)) {
       // Whether the commit happened is unknown; the lease decides what a retry sees.
-      throw new StoreUnavailableError(error);
+      throw new StoreUnavailableError(error, 'unknown');
     }
     const decision = work.onFailure(error);
     switch (decision.action) {
       case 'store': {
-        const stored = await this.guard(() => this.store.complete(ref, decision.response, work.ttlMs));
+        const stored = await this.guard(() => this.store.complete(ref, decision.response, work.ttlMs), 'unknown');
         if (!stored) throw new LeaseLostError();
         return { kind: 'failure-stored', response: decision.response, error };
       }
       case 'release':
-        if (!hasProgress) await this.guard(() => this.store.release(ref));
+        if (!hasProgress) await this.guard(() => this.store.release(ref), 'unknown');
         throw error;
       case 'keep':
         throw error;
     }
   }
 
-  private async guard<T>(step: () => Promise<T>): Promise<T> {
+  /** Runs a store step, turning "cannot reach the store" into `StoreUnavailableError` with what it means for the work. */
+  private async guard<T>(step: () => Promise<T>, outcome: 'not-run' | 'unknown' = 'not-run'): Promise<T> {
     try {
       return await step();
     } catch (error) {
-      if (this.store.isUnavailableError(error)) throw new StoreUnavailableError(error);
+      if (this.store.isUnavailableError(error)) throw new StoreUnavailableError(error, outcome);
       throw error;
     }
   }

@@ -43,7 +43,11 @@ export const messages = {
     leaseLost:
       'This attempt took longer than its lease and another attempt with the same key took over; this attempt was rolled back. ' +
       'Retry to get the outcome of the other attempt.',
-    unavailable: 'The idempotency store cannot be reached right now; the request was not processed. Retry later.',
+    unavailable:
+      'The idempotency store cannot be reached right now; the request was not processed. Retry later with the same key.',
+    outcomeUnknown:
+      'The connection to the idempotency store was lost while the request was processed, so whether it took effect is unknown. ' +
+      'Retry with the same idempotency key: the retry either replays the result or runs the request once.',
     tenantUnresolved: 'The server could not determine the tenant of this request.',
     unreplayable: 'The server cannot store the response of this endpoint.',
   },

@@ -73,13 +73,13 @@ export const problems = {
       problem(ProblemType.leaseLost, 'Lease lost', HttpStatus.CONFLICT, messages.problems.leaseLost),
       1,
     ),
-  unavailable: (retryAfterSeconds: number, cause: unknown) =>
+  unavailable: (retryAfterSeconds: number, cause: unknown, outcome: 'not-run' | 'unknown') =>
     new IdempotencyProblemException(
       problem(
         ProblemType.unavailable,
         'Idempotency store unavailable',
         HttpStatus.SERVICE_UNAVAILABLE,
-        messages.problems.unavailable,
+        outcome === 'not-run' ? messages.problems.unavailable : messages.problems.outcomeUnknown,
       ),
       retryAfterSeconds,
       { cause },
