@@ -2,7 +2,7 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/', 'dist-sample/', 'coverage/', 'node_modules/', '.pgdata/', 'bench/results/'] },
+  { ignores: ['dist/', 'dist-sample/', 'coverage/', 'node_modules/', '.pgdata/', 'bench/results/', 'dist-bench/'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

