@@ -81,19 +81,29 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     this.table = quoteTableName(tableName);
     this.sweepLockKey = `nest-idempotency:sweep:${tableName}`;
     const t = this.table;
-    // One statement answers every cell of the state table. The INSERT takes
-    // the key when it is absent, expired, or in flight with a lapsed lease and
-    // the same fingerprint; otherwise the SELECT reports the row as it is.
-    // The SELECT runs on the statement's snapshot, which can predate a row
-    // that a concurrent claim committed while this one waited on its lock:
-    // such rows come back as 'retry' (or not at all) and are read again.
+    // One statement answers every cell of the state table. `existing` reads
+    // the row on the statement's snapshot. When that row is plainly not
+    // claimable (a valid lease, a stored response, another fingerprint) the
+    // INSERT is skipped, so replays, 409s and 422s take no row lock and write
+    // no WAL. Otherwise the INSERT takes the key when it is absent, expired,
+    // or in flight with a lapsed lease and the same fingerprint, re-checking
+    // on the locked, latest row version. The snapshot can predate a row that a
+    // concurrent claim committed while this one waited on its lock: such
+    // rows come back as 'retry' (or not at all) and the claim runs again.
     this.claimSql = `
-      WITH claimed AS (
+      WITH existing AS (
+        SELECT * FROM ${t} WHERE tenant_id = $1 AND key = $2
+      ),
+      claimed AS (
         INSERT INTO ${t} AS k
           (tenant_id, key, fingerprint, status, owner_token, attempt, lease_expires_at, expires_at, created_at)
-        VALUES ($1, $2, $3, 'in_flight', $4, 1,
-                now() + interval '1 millisecond' * $5::float8,
-                now() + interval '1 millisecond' * $6::float8, now())
+        SELECT $1::text, $2::text, $3::text, 'in_flight', $4::uuid, 1,
+               now() + interval '1 millisecond' * $5::float8,
+               now() + interval '1 millisecond' * $6::float8, now()
+         WHERE NOT EXISTS (
+           SELECT 1 FROM existing x
+            WHERE (x.status = 'in_flight' AND x.lease_expires_at > now())
+               OR (x.expires_at > now() AND (x.status = 'completed' OR x.fingerprint <> $3::text)))
         ON CONFLICT (tenant_id, key) DO UPDATE SET
           fingerprint = EXCLUDED.fingerprint,
           status = 'in_flight',
@@ -132,8 +142,8 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
              CASE WHEN e.fingerprint = $3 AND e.status = 'completed' THEN e.response_headers END,
              CASE WHEN e.fingerprint = $3 AND e.status = 'completed' THEN e.response_body END,
              NULL, NULL
-        FROM ${t} e
-       WHERE e.tenant_id = $1 AND e.key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)`;
+        FROM existing e
+       WHERE NOT EXISTS (SELECT 1 FROM claimed)`;
     this.completeSql = `
       UPDATE ${t}
          SET status = 'completed', response_status = $4, response_headers = $5::jsonb, response_body = $6,
