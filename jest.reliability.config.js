@@ -11,6 +11,8 @@ export default {
   ...base,
   testMatch: ['<rootDir>/test/reliability/**/*.spec.ts'],
   testPathIgnorePatterns: ['/node_modules/'],
+  // The default setup (a database), then one compilation of the sample app the scenarios start as processes.
+  globalSetup: '<rootDir>/test/reliability/support/global-setup.ts',
   testTimeout: 300_000,
   maxWorkers: 1,
 };

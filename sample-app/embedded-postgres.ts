@@ -19,14 +19,17 @@ const PASSWORD = 'postgres';
  *
  * @param options.persistent keep the data directory between runs (the sample
  *   app does; tests start from scratch and delete it).
+ * @param options.port listen on this port rather than a free one, e.g. to
+ *   restart a stopped server on its data directory where its clients expect it.
  */
 export async function startEmbeddedPostgres(options: {
   dataDir: string;
   database: string;
   persistent: boolean;
+  port?: number;
   log?: (line: string) => void;
 }): Promise<EmbeddedDatabase> {
-  const port = await freePort();
+  const port = options.port ?? (await freePort());
   const server = new EmbeddedPostgres({
     databaseDir: options.dataDir,
     port,

@@ -32,4 +32,12 @@ describe('storm across processes', () => {
       expect(figures.duplicateCharges).toBe(0);
       expect(instances.every((instance) => instance.alive)).toBe(true);
     }));
+
+  it('25 keys × 8 concurrent copies over 4 processes: exactly one charge per key, none lost, none doubled', () =>
+    fleet.explain(async () => {
+      const figures = await runStorm('many-keys', instances, db, { keys: 25, copies: 8 });
+      printFigures('storm/many-keys', { ...figures });
+      expect(figures.charges).toBe(25);
+      expect(figures.duplicateCharges).toBe(0);
+    }));
 });

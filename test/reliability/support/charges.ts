@@ -50,3 +50,15 @@ export function isConflictWithRetryAfter(res: RawResponse): boolean {
   const retryAfter = Number(res.headers['retry-after']);
   return res.status === 409 && problemType(res) === ProblemType.conflict && Number.isInteger(retryAfter) && retryAfter >= 1;
 }
+
+/**
+ * What a request ended in when no response came back (the connection died),
+ * e.g. `ECONNRESET: socket hang up`; undefined for a response. (Errors from
+ * node:http come from another realm than the test's, so `instanceof Error`
+ * cannot tell.)
+ */
+export function transportFailure(outcome: RawResponse | unknown): string | undefined {
+  if (outcome && typeof outcome === 'object' && typeof (outcome as RawResponse).status === 'number') return undefined;
+  const { code, message } = (outcome ?? {}) as { code?: unknown; message?: unknown };
+  return `${typeof code === 'string' ? `${code}: ` : ''}${typeof message === 'string' ? message : String(outcome)}`;
+}

@@ -27,7 +27,9 @@ export default async function reliabilityGlobalSetup(_globalConfig: unknown, pro
     );
   } catch (error) {
     const { stdout, stderr } = error as { stdout?: string; stderr?: string };
-    throw new Error(`Compiling the sample app (tsc -p tsconfig.sample.json) failed:\n${stdout ?? ''}${stderr ?? ''}`);
+    throw new Error(`Compiling the sample app (tsc -p tsconfig.sample.json) failed:\n${stdout ?? ''}${stderr ?? ''}`, {
+      cause: error,
+    });
   }
   console.log(`Compiled the sample app into dist-sample/ in ${Date.now() - started} ms.`);
 }

@@ -11,6 +11,8 @@ const REPOSITORY_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..'
 /** Compiled once per run by the reliability suite's global setup. */
 export const SAMPLE_MAIN = join(REPOSITORY_ROOT, 'dist-sample', 'sample-app', 'main.js');
 const LOG_LINES_KEPT = 400;
+const LOG_LINES_SHOWN = 80;
+const STARTUP_NOISE = /\[(InstanceLoader|RoutesResolver|RouterExplorer)\]|^\s+-[Hd] '|^curl /;
 const HEALTH_TIMEOUT_MS = 45_000;
 const STOP_GRACE_MS = 5_000;
 
@@ -34,6 +36,12 @@ process.once('exit', () => {
   for (const child of everyChild) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
 });
 
+/** Kills `child` with the worker if nothing stopped it before (a safety net under afterAll). */
+export function killOnExit(child: ChildProcess): void {
+  everyChild.add(child);
+  child.once('exit', () => everyChild.delete(child));
+}
+
 /** One `node dist-sample/sample-app/main.js` process, with its output kept for failure messages. */
 export class SampleProcess {
   readonly url: string;
@@ -48,7 +56,7 @@ export class SampleProcess {
     private readonly child: ChildProcess,
   ) {
     this.url = `http://127.0.0.1:${port}`;
-    everyChild.add(child);
+    killOnExit(child);
     for (const stream of [child.stdout, child.stderr]) {
       let partial = '';
       stream?.setEncoding('utf8');
@@ -57,10 +65,11 @@ export class SampleProcess {
         partial = lines.pop() ?? '';
         for (const line of lines) this.remember(line);
       });
+      stream?.on('end', () => partial && this.remember(partial));
     }
     this.exited = new Promise((resolve) => {
-      child.once('exit', (code, signal) => {
-        everyChild.delete(child);
+      // 'close' rather than 'exit': by then the output is read to its end, last words included.
+      child.once('close', (code, signal) => {
         this.exitInfo = { code, signal };
         this.remember(`[harness] exited with ${signal ?? `code ${code}`}`);
         resolve(this.exitInfo);
@@ -140,9 +149,10 @@ export class SampleProcess {
     clearTimeout(timer);
   }
 
-  /** The last lines the process printed, for a failure message. */
+  /** The last lines the process printed, for a failure message (without Nest's start-up wiring lines). */
   logs(): string {
-    return `--- ${this.name} (${this.adapter}, pid ${this.pid}, port ${this.port}) ---\n${this.output.join('\n')}`;
+    const lines = this.output.filter((line) => !STARTUP_NOISE.test(line)).slice(-LOG_LINES_SHOWN);
+    return `--- ${this.name} (${this.adapter}, pid ${this.pid}, port ${this.port}) ---\n${lines.join('\n')}`;
   }
 
   private remember(line: string): void {
@@ -156,25 +166,36 @@ export class Fleet {
   readonly processes: SampleProcess[] = [];
 
   async start(options: SampleProcessOptions): Promise<SampleProcess> {
-    const sample = await SampleProcess.start(options);
-    this.processes.push(sample);
-    return sample;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const sample = await SampleProcess.start(options);
+        this.processes.push(sample);
+        return sample;
+      } catch (error) {
+        // The free port found was taken before the app bound it: pick another.
+        if (attempt >= 3 || !String((error as Error).message).includes('EADDRINUSE')) throw error;
+      }
+    }
   }
 
-  /** Starts `count` processes at once, alternating Express and Fastify. */
-  async startMany(
-    count: number,
-    options: Omit<SampleProcessOptions, 'name' | 'adapter'> & { name: string },
-  ): Promise<SampleProcess[]> {
-    const adapters: AdapterName[] = ['express', 'fastify'];
-    const started = await Promise.allSettled(
-      Array.from({ length: count }, (_, i) =>
-        this.start({ ...options, name: `${options.name}-${i + 1}`, adapter: adapters[i % 2] }),
-      ),
-    );
+  /**
+   * Starts several processes at once. Waits for every start to settle before
+   * throwing, so a failed start never leaves another one running unseen by
+   * `stopAll()`.
+   */
+  async startAll(list: SampleProcessOptions[]): Promise<SampleProcess[]> {
+    const started = await Promise.allSettled(list.map((options) => this.start(options)));
     const failed = started.find((result) => result.status === 'rejected');
     if (failed) throw (failed as PromiseRejectedResult).reason;
     return started.map((result) => (result as PromiseFulfilledResult<SampleProcess>).value);
+  }
+
+  /** Starts `count` processes at once, alternating Express and Fastify. */
+  startMany(count: number, options: Omit<SampleProcessOptions, 'name' | 'adapter'> & { name: string }): Promise<SampleProcess[]> {
+    const adapters: AdapterName[] = ['express', 'fastify'];
+    return this.startAll(
+      Array.from({ length: count }, (_, i) => ({ ...options, name: `${options.name}-${i + 1}`, adapter: adapters[i % 2] })),
+    );
   }
 
   async stopAll(): Promise<void> {
@@ -187,11 +208,12 @@ export class Fleet {
       return await step();
     } catch (error) {
       const logs = this.processes.map((sample) => sample.logs()).join('\n');
-      if (error instanceof Error) {
-        error.message += `\n\nOutput of the scenario's processes:\n${logs}`;
+      // Duck-typed: assertion errors and node's errors may come from another realm than this module's Error.
+      if (error && typeof error === 'object' && typeof (error as Error).message === 'string') {
+        (error as Error).message += `\n\nOutput of the scenario's processes:\n${logs}`;
         throw error;
       }
-      throw new Error(`${String(error)}\n\nOutput of the scenario's processes:\n${logs}`);
+      throw new Error(`${String(error)}\n\nOutput of the scenario's processes:\n${logs}`, { cause: error });
     }
   }
 }

@@ -47,6 +47,14 @@ export class ScenarioDatabase {
     return new Map(rows.map((row) => [row.customer, row.ids]));
   }
 
+  /** Customers (the scenarios' intents) with more than one charge: duplicate effects. */
+  async duplicateCharges(client = this.client): Promise<number> {
+    const { rows } = await client.query<{ count: string }>(
+      'SELECT count(*) FROM (SELECT customer FROM charges GROUP BY customer HAVING count(*) > 1) AS duplicated',
+    );
+    return Number(rows[0].count);
+  }
+
   async chargeIds(customer: string, client = this.client): Promise<string[]> {
     const { rows } = await client.query<{ id: string }>('SELECT id FROM charges WHERE customer = $1 ORDER BY created, id', [
       customer,
@@ -54,7 +62,7 @@ export class ScenarioDatabase {
     return rows.map((row) => row.id);
   }
 
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- a raw row, or undefined when absent
+  /** The key's row as stored (a raw row), or undefined when absent. */
   async keyRow(key: string, tenant = 'tenant-a', client = this.client): Promise<any> {
     const { rows } = await client.query('SELECT * FROM idempotency_keys WHERE tenant_id = $1 AND key = $2', [tenant, key]);
     return rows[0];
