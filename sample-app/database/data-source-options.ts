@@ -26,6 +26,12 @@ export function dataSourceOptions(url: string, schema: string | undefined): Data
       ...(schema ? { options: `-c search_path="${schema.replace(/"/g, '""')}"` } : {}),
       max: 20,
       connectionTimeoutMillis: 5_000,
+      // node-postgres emits 'error' on a client whose connection dies; a pooled client has no listener of its own
+      // for a moment after it connects, and an unhandled 'error' ends the process. This one keeps the app alive:
+      // the query that was using the connection fails, and the module answers 503.
+      onConnect: (client: { on(event: 'error', listener: () => void): unknown }) => {
+        client.on('error', () => undefined);
+      },
     },
   };
 }

@@ -1,18 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import pg from 'pg';
-import { databaseUrl } from '../../support/database.js';
-import { send, sleep, type RawResponse } from '../../support/http.js';
-import { chargeBody, postCharge, transportFailure } from '../support/charges.js';
-import { Fleet, type SampleProcess } from '../support/sample-process.js';
-import { ScenarioDatabase } from '../support/scenario-database.js';
+import { databaseUrl } from '../support/database.js';
+import { send, sleep, type RawResponse } from '../support/http.js';
+import { chargeBody, postCharge, transportFailure } from './support/charges.js';
+import { Fleet, type SampleProcess } from './support/sample-process.js';
+import { ScenarioDatabase } from './support/scenario-database.js';
 
 /**
- * Reproduction of a process crash seen once in the database-faults scenario
- * (kept outside the suite's test pattern: it fails until fixed). Run it with:
- *
- *   NODE_OPTIONS=--experimental-vm-modules npx jest -c jest.reliability.config.js \
- *     --testMatch '<rootDir>/test/reliability/repro/*.repro.ts'
+ * A process crash once seen in the database-faults scenario, now pinned.
  *
  * pg-pool hands a NEW client out from inside the socket read that delivered
  * its first ReadyForQuery (`_acquireClient` removes the pool's error listener
@@ -23,11 +19,10 @@ import { ScenarioDatabase } from '../support/scenario-database.js';
  * whole process ("Unhandled 'error' event ... Emitted 'error' event on Client
  * instance"). The proxy below puts the two messages in one read on purpose.
  *
- * A fix that closes the window (verified with pg directly): a permanent error
- * listener on every pooled client before it is handed out, e.g. TypeORM's
+ * The fix, in the sample app's data source options and the README: a
+ * permanent error listener on every pooled client before it is handed out,
  * `extra: { onConnect: (client) => client.on('error', () => undefined) }`
- * (pg-pool's onConnect hook runs while its own listener is still attached),
- * or `pool.on('connect', ...)` on the DataSource's pool.
+ * (pg-pool's onConnect hook runs while its own listener is still attached).
  */
 describe("a FATAL in the same read as a new connection's ReadyForQuery", () => {
   const fleet = new Fleet();
