@@ -63,7 +63,7 @@ export class IdempotencyModule extends ConfigurableModuleClass {
         : {
             provide: IdempotencyStore,
             useFactory: (dataSource: DataSource, options: ResolvedIdempotencyOptions) =>
-              new PostgresIdempotencyStore(dataSource, options.tableName),
+              new PostgresIdempotencyStore(dataSource, options.tableName, { preparedStatements: options.preparedStatements }),
             inject: [IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS],
           },
       IdempotencyService,

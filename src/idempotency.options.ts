@@ -112,6 +112,12 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
   tableName?: string;
   /** Seconds in the `Retry-After` of a 503 when the store cannot be reached. Default 5. */
   unavailableRetryAfter?: number;
+  /**
+   * Run the claim and the completion as named prepared statements (parsed and
+   * planned once per connection). Only on direct connections or PgBouncer
+   * 1.21+ with `max_prepared_statements`. Default `false`.
+   */
+  preparedStatements?: boolean;
   /** The scheduled sweeper (needs `ScheduleModule.forRoot()`), or `false` to disable it. Default: enabled, every 60 s. */
   sweep?: SweepSchedule | false;
   /** The transactional outbox. */
@@ -136,6 +142,7 @@ export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
   dataSource?: string;
   tableName: string;
   unavailableRetryAfter: number;
+  preparedStatements: boolean;
   sweep: { intervalMs: number; batchSize: number; maxDurationMs: number } | false;
   outbox: ResolvedOutboxOptions;
 }
@@ -190,6 +197,7 @@ export function resolveIdempotencyOptions(options: IdempotencyModuleOptions | un
     dataSource: options.dataSource,
     tableName,
     unavailableRetryAfter,
+    preparedStatements: booleanOption(options.preparedStatements ?? false, 'preparedStatements'),
     sweep: resolveSweep(options.sweep),
     outbox: resolveOutbox(options.outbox),
   };
@@ -199,6 +207,11 @@ function tableNameOption(value: unknown, name: string): string {
   if (typeof value !== 'string' || !/^[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)?$/.test(value)) {
     throw new IdempotencyConfigurationError(messages.config.tableName(name, value));
   }
+  return value;
+}
+
+function booleanOption(value: unknown, name: string): boolean {
+  if (typeof value !== 'boolean') throw new IdempotencyConfigurationError(messages.config.boolean(`IdempotencyModule: ${name}`));
   return value;
 }
 

@@ -176,3 +176,29 @@ describe.each(ADAPTERS)('database round trips per path over %s', (adapter) => {
     }
   });
 });
+
+describe.each(ADAPTERS)('preparedStatements over %s', (adapter) => {
+  it('claims and completes with named prepared statements, with the same answers and round trips', async () => {
+    const schema = await freshSchema(`prepared_${adapter}`);
+    await createTables(schema);
+    const counter = new QueryCounter();
+    // A pool of one: the handler runs on the connection the claim used.
+    const api = await startTestApp(adapter, schema, { preparedStatements: true }, { logger: counter, poolSize: 1 });
+    try {
+      counter.reset();
+      const first = await post(api.url, '/items', { label: 'p' }, 'p1');
+      expect(first.status).toBe(201);
+      expect(counter.queries).toHaveLength(5);
+      const names = (await post(api.url, '/prepared-statements', {}, 'p2')).json() as string[];
+      expect(names.some((name) => name.startsWith('nest_idem_claim_'))).toBe(true);
+      expect(names.some((name) => name.startsWith('nest_idem_complete_'))).toBe(true);
+      const replay = await post(api.url, '/items', { label: 'p' }, 'p1');
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(Buffer.compare(replay.body, first.body)).toBe(0);
+      expect((await post(api.url, '/items', { label: 'other' }, 'p1')).status).toBe(422);
+      expect(api.probe.count('p')).toBe(1);
+    } finally {
+      await api.close();
+    }
+  });
+});

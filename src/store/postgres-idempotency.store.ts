@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 import {
   IdempotencyStore,
@@ -73,9 +74,18 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   private readonly sweepBatchSql: string;
   private readonly sweepLockKey: string;
 
+  /**
+   * @param options.preparedStatements run the claim and the completion as
+   *   named prepared statements, so PostgreSQL parses and plans them once per
+   *   connection instead of on every request (the claim is a long statement:
+   *   this roughly halves its server CPU). Only on direct connections, or
+   *   PgBouncer 1.21+ with `max_prepared_statements`: transaction pooling in
+   *   older PgBouncers breaks named statements. Default false.
+   */
   constructor(
     private readonly dataSource: DataSource,
     tableName: string,
+    private readonly options: { preparedStatements?: boolean } = {},
   ) {
     super();
     this.table = quoteTableName(tableName);
@@ -175,7 +185,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   async claim(request: ClaimRequest): Promise<ClaimResult> {
     const params = [request.tenant, request.key, request.fingerprint, request.ownerToken, request.leaseMs, request.ttlMs];
     for (let attempt = 1; attempt <= CLAIM_ATTEMPTS; attempt++) {
-      const rows = (await this.dataSource.query(this.claimSql, params)) as ClaimRow[];
+      const rows = (await this.run('claim', this.claimSql, params)).rows as ClaimRow[];
       const row = rows[0];
       if (!row || row.state === 'retry') continue;
       switch (row.state) {
@@ -210,7 +220,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
 
   async complete(ref: ClaimRef, response: StoredResponse, ttlMs: number, tx?: EntityManager): Promise<boolean> {
     const params = [ref.tenant, ref.key, ref.ownerToken, response.status, JSON.stringify(response.headers), response.body, ttlMs];
-    return (await this.execute(this.completeSql, params, tx?.queryRunner)) === 1;
+    return (await this.run('complete', this.completeSql, params, tx?.queryRunner)).affected === 1;
   }
 
   async recordPhase(ref: ClaimRef, phases: PhaseState, leaseMs: number, tx?: EntityManager): Promise<boolean> {
@@ -270,12 +280,41 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
 
   /** Runs a write and returns the number of rows it affected, in `runner`'s transaction if given. */
   private async execute(sql: string, params: unknown[], runner?: QueryRunner): Promise<number> {
-    if (runner) return ((await runner.query(sql, params, true)) as { affected?: number }).affected ?? 0;
-    const own = this.dataSource.createQueryRunner();
+    return (await this.run(undefined, sql, params, runner)).affected;
+  }
+
+  /**
+   * Runs one statement on `runner` (its transaction) or a pooled connection of
+   * its own. With `preparedStatements` and a `name`, as a named prepared
+   * statement on the pg client itself, since TypeORM cannot name one; it is
+   * still logged through the data source's logger like every other query.
+   */
+  private async run(
+    name: 'claim' | 'complete' | undefined,
+    sql: string,
+    params: unknown[],
+    runner?: QueryRunner,
+  ): Promise<{ rows: unknown[]; affected: number }> {
+    const own = runner ? undefined : this.dataSource.createQueryRunner();
+    const active = (runner ?? own)!;
     try {
-      return ((await own.query(sql, params, true)) as { affected?: number }).affected ?? 0;
+      if (name && this.options.preparedStatements) {
+        const client = (await active.connect()) as {
+          query(config: { name: string; text: string; values: unknown[] }): Promise<{ rows: unknown[]; rowCount: number | null }>;
+        };
+        this.dataSource.logger.logQuery(sql, params, active);
+        const result = await client.query({ name: this.statementName(name), text: sql, values: params });
+        return { rows: result.rows, affected: result.rowCount ?? 0 };
+      }
+      const result = (await active.query(sql, params, true)) as { records?: unknown[]; affected?: number };
+      return { rows: result.records ?? [], affected: result.affected ?? 0 };
     } finally {
-      await own.release();
+      await own?.release();
     }
+  }
+
+  /** One name per statement text, so stores of different tables never collide on a connection. */
+  private statementName(name: 'claim' | 'complete'): string {
+    return `nest_idem_${name}_${createHash('sha1').update(this.table).digest('hex').slice(0, 12)}`;
   }
 }

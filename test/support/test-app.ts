@@ -257,6 +257,14 @@ function controllers(probe: Probe) {
       return { label: body.label, amount: body.amount };
     }
 
+    @Post('prepared-statements')
+    @Idempotent()
+    async preparedStatements(@TxManager() manager: EntityManager) {
+      // The statements prepared on this request's connection (with a pool of one, the claim's too).
+      const rows = (await manager.query('SELECT name FROM pg_prepared_statements ORDER BY name')) as Array<{ name: string }>;
+      return rows.map((r) => r.name);
+    }
+
     @Post('plain/:label')
     notIdempotent(@Param('label') label: string) {
       probe.record(label);
