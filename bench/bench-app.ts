@@ -338,7 +338,12 @@ function createBenchModule(counter: RoundTripCounter) {
         logger: counter,
         retryAttempts: 0,
       }),
-      IdempotencyModule.forRoot({ tenant: () => TENANT, sweep: false }),
+      // BENCH_PREPARED_STATEMENTS=1 measures the module's opt-in prepared claim and completion.
+      IdempotencyModule.forRoot({
+        tenant: () => TENANT,
+        sweep: false,
+        preparedStatements: process.env.BENCH_PREPARED_STATEMENTS === '1',
+      }),
     ],
     controllers: [ChargesController],
     providers: [

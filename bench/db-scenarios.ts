@@ -1,4 +1,5 @@
 import { performance } from 'node:perf_hooks';
+import { DEFAULT_SWEEP_DUTY_CYCLE } from '../src/idempotency.constants.js';
 import type pg from 'pg';
 import { openStore, probeClaims, type ClaimProbe } from './claims.js';
 import type { BenchConfig } from './config.js';
@@ -130,12 +131,19 @@ export async function runSweep(
     log(`  idle:         ${describeProbe(idle)}`);
     let sweeping: ReturnType<typeof sweeper.store.sweep> | undefined;
     const duringSweep = await observed(sampler, () => {
-      sweeping = sweeper.store.sweep({ batchSize: config.sweepBatchSize, maxDurationMs: 60 * 60 * 1000 });
+      // The module's default pacing, as the scheduled sweeper runs it (BENCH_SWEEP_DUTY_CYCLE=1: flat out).
+      sweeping = sweeper.store.sweep({
+        batchSize: config.sweepBatchSize,
+        maxDurationMs: 60 * 60 * 1000,
+        dutyCycle: Number(process.env.BENCH_SWEEP_DUTY_CYCLE ?? DEFAULT_SWEEP_DUTY_CYCLE),
+      });
       return probeClaims(claimer.store, existing, { rate: config.claimRate, until: sweeping });
     });
     const result = await sweeping!;
     log(`  during sweep: ${describeProbe(duringSweep)}`);
-    log(`  sweep: ${result.deleted.toLocaleString('en')} rows in ${result.batches} batches, ${result.durationMs} ms`);
+    log(
+      `  sweep: ${result.deleted.toLocaleString('en')} rows in ${result.batches} batches, ${result.durationMs} ms (${result.restedMs} ms resting)`,
+    );
     return {
       expiredRows: config.expiredRows,
       liveRows: config.smallRows,

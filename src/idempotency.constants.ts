@@ -15,6 +15,7 @@ export const DEFAULT_UNAVAILABLE_RETRY_AFTER_S = 5;
 export const DEFAULT_SWEEP_INTERVAL_MS = 60_000;
 export const DEFAULT_SWEEP_BATCH_SIZE = 1_000;
 export const DEFAULT_SWEEP_MAX_DURATION_MS = 10_000;
+export const DEFAULT_SWEEP_DUTY_CYCLE = 0.5;
 
 /** Response headers always stored and replayed (lower case). */
 export const DEFAULT_REPLAY_HEADERS = ['content-type', 'location', 'etag', 'content-location'] as const;

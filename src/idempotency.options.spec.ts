@@ -17,7 +17,7 @@ describe('resolveIdempotencyOptions', () => {
       onHttpException: 'store',
       onError: 'keep',
       unavailableRetryAfter: 5,
-      sweep: { intervalMs: 60_000, batchSize: 1000, maxDurationMs: 10_000 },
+      sweep: { scheduled: true, intervalMs: 60_000, batchSize: 1000, maxDurationMs: 10_000, dutyCycle: 0.5 },
     });
     expect([...o.replayHeaders]).toEqual(['content-type', 'location', 'etag', 'content-location']);
   });
@@ -37,6 +37,8 @@ describe('resolveIdempotencyOptions', () => {
     [{ tenant, tableName: 'x; DROP TABLE y' }, /`tableName` must be a plain SQL identifier/],
     [{ tenant, onError: 'retry' }, /onError must be 'store', 'release' or 'keep'/],
     [{ tenant, sweep: { batchSize: 0 } }, /sweep.batchSize/],
+    [{ tenant, sweep: { dutyCycle: 0 } }, /sweep.dutyCycle/],
+    [{ tenant, sweep: { dutyCycle: 1.5 } }, /sweep.dutyCycle/],
   ])('refuses %j with a message that says how to fix it', (options, message) => {
     expect(() => resolveIdempotencyOptions(options as never)).toThrow(IdempotencyConfigurationError);
     expect(() => resolveIdempotencyOptions(options as never)).toThrow(message);
@@ -52,7 +54,7 @@ describe('resolveIdempotencyOptions', () => {
     });
   });
 
-  it('accepts sweep: false', () => {
-    expect(resolveIdempotencyOptions({ tenant, sweep: false }).sweep).toBe(false);
+  it('accepts sweep: false: nothing is scheduled, on-demand sweeps keep the defaults', () => {
+    expect(resolveIdempotencyOptions({ tenant, sweep: false }).sweep).toMatchObject({ scheduled: false, batchSize: 1000 });
   });
 });

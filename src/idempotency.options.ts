@@ -6,6 +6,7 @@ import {
   DEFAULT_MAX_KEY_LENGTH,
   DEFAULT_REPLAY_HEADERS,
   DEFAULT_SWEEP_BATCH_SIZE,
+  DEFAULT_SWEEP_DUTY_CYCLE,
   DEFAULT_SWEEP_INTERVAL_MS,
   DEFAULT_SWEEP_MAX_DURATION_MS,
   DEFAULT_OUTBOX_TABLE_NAME,
@@ -48,6 +49,12 @@ export interface SweepSchedule {
   batchSize?: number;
   /** Time budget of one run; it stops after the batch that crosses it. Default 10 s. */
   maxDuration?: Duration;
+  /**
+   * Share of a run spent deleting (0 < d <= 1): after each batch the sweeper
+   * rests as long as the batch took × (1 − d) / d, so a large backlog never
+   * takes a whole core from requests. Default 0.5; 1 sweeps flat out.
+   */
+  dutyCycle?: number;
 }
 
 /** The transactional outbox (see `Outbox` and `OutboxRelay`). */
@@ -143,7 +150,8 @@ export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
   tableName: string;
   unavailableRetryAfter: number;
   preparedStatements: boolean;
-  sweep: { intervalMs: number; batchSize: number; maxDurationMs: number } | false;
+  /** How a sweep runs, scheduled (`scheduled`) or called through `IdempotencyService.sweep()`. */
+  sweep: { scheduled: boolean; intervalMs: number; batchSize: number; maxDurationMs: number; dutyCycle: number };
   outbox: ResolvedOutboxOptions;
 }
 
@@ -263,16 +271,21 @@ export function resolveRouteOptions(
 }
 
 function resolveSweep(sweep: SweepSchedule | false | undefined): ResolvedIdempotencyOptions['sweep'] {
-  if (sweep === false) return false;
-  const s = sweep ?? {};
+  const s = sweep || {};
   const batchSize = s.batchSize ?? DEFAULT_SWEEP_BATCH_SIZE;
   if (!Number.isInteger(batchSize) || batchSize < 1) {
     throw new IdempotencyConfigurationError(messages.config.positive('sweep.batchSize', batchSize));
   }
+  const dutyCycle = s.dutyCycle ?? DEFAULT_SWEEP_DUTY_CYCLE;
+  if (typeof dutyCycle !== 'number' || !(dutyCycle > 0 && dutyCycle <= 1)) {
+    throw new IdempotencyConfigurationError(messages.config.dutyCycle(dutyCycle));
+  }
   return {
+    scheduled: sweep !== false,
     intervalMs: s.interval === undefined ? DEFAULT_SWEEP_INTERVAL_MS : toMs(s.interval, 'sweep.interval'),
     batchSize,
     maxDurationMs: s.maxDuration === undefined ? DEFAULT_SWEEP_MAX_DURATION_MS : toMs(s.maxDuration, 'sweep.maxDuration'),
+    dutyCycle,
   };
 }
 

@@ -16,7 +16,7 @@ import {
   type ResolvedIdempotencyOptions,
   type Duration,
 } from './idempotency.options.js';
-import { IdempotencyStore, type StoredResponse, type SweepResult } from './store/idempotency-store.js';
+import { IdempotencyStore, type StoredResponse, type SweepOptions, type SweepResult } from './store/idempotency-store.js';
 import { idempotencyContext, type IdempotencyExecutionContext } from './transaction/idempotency-context.js';
 
 /** A unit of non-HTTP work to run at most once per key (a message, a job). */
@@ -156,11 +156,8 @@ export class IdempotencyService {
   }
 
   /** Deletes expired keys now, in bounded batches; for people who schedule it themselves. */
-  sweep(options?: { batchSize?: number; maxDurationMs?: number }): Promise<SweepResult> {
-    const defaults = this.options.sweep || { batchSize: 1000, maxDurationMs: 10_000 };
-    return this.store.sweep({
-      batchSize: options?.batchSize ?? defaults.batchSize,
-      maxDurationMs: options?.maxDurationMs ?? defaults.maxDurationMs,
-    });
+  sweep(options?: Partial<SweepOptions>): Promise<SweepResult> {
+    const { batchSize, maxDurationMs, dutyCycle } = this.options.sweep;
+    return this.store.sweep({ batchSize, maxDurationMs, dutyCycle, ...options });
   }
 }

@@ -74,6 +74,20 @@ describe('sweeping expired keys', () => {
     expect(await count()).toBe(0);
   });
 
+  it('a duty cycle below 1 rests between batches in proportion to their cost', async () => {
+    await db.query('TRUNCATE idempotency_keys');
+    await seed(db, 'd-', 4000, 'expired-completed');
+    const flat = await stores[0].sweep({ batchSize: 500, maxDurationMs: 60_000, dutyCycle: 1 });
+    await seed(db, 'e-', 4000, 'expired-completed');
+    const paced = await stores[0].sweep({ batchSize: 500, maxDurationMs: 60_000, dutyCycle: 0.25 });
+    expect(flat).toMatchObject({ deleted: 4000, batches: 9, restedMs: 0 });
+    expect(paced).toMatchObject({ deleted: 4000, batches: 9 });
+    // At a quarter duty it rests three times as long as each full batch took (not after the last, partial one).
+    const working = paced.durationMs - paced.restedMs;
+    expect(paced.restedMs).toBeGreaterThan(0);
+    expect(paced.restedMs).toBeLessThanOrEqual(3 * working + 1);
+  });
+
   it('two instances sweeping at once: one works, the other stands aside', async () => {
     await db.query('TRUNCATE idempotency_keys');
     await seed(db, 'c-', 60_000, 'expired-completed');
@@ -167,7 +181,8 @@ describe('the scheduled sweeper', () => {
       const sweeper = app.get(IdempotencySweeper);
       for (let i = 0; i < 50 && !sweeper.lastRun?.ran; i++) await new Promise((r) => setTimeout(r, 50));
       expect(sweeper.lastRun).toMatchObject({ ran: true, deleted: 25, batches: 3 });
-      expect(logger.lines).toContain(`Swept 25 expired keys in 3 batches, ${sweeper.lastRun!.durationMs} ms.`);
+      const { durationMs, restedMs } = sweeper.lastRun!;
+      expect(logger.lines).toContain(`Swept 25 expired keys in 3 batches, ${durationMs} ms (${restedMs} ms resting).`);
       expect(Number((await db.query('SELECT count(*) FROM idempotency_keys')).rows[0].count)).toBe(0);
       expect(app.get(SchedulerRegistry).getIntervals()).toContain('nest-idempotency:sweep:idempotency_keys');
     } finally {

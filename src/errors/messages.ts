@@ -22,6 +22,8 @@ export const messages = {
     leaseVsTtl: (where: string, lease: number, ttl: number) =>
       `${where}: the lease (${lease} ms) must be shorter than the TTL (${ttl} ms), or a key could expire while its request still runs.`,
     boolean: (name: string) => `${name} must be true or false.`,
+    dutyCycle: (value: unknown) =>
+      `IdempotencyModule: \`sweep.dutyCycle\` must be a number greater than 0 and at most 1 (the share of a run spent deleting), got ${JSON.stringify(value)}.`,
     policy: (name: string, value: unknown) => `${name} must be 'store', 'release' or 'keep', got ${JSON.stringify(value)}.`,
     fingerprint: (where: string) => `${where}: \`fingerprint\` must be a function (context) => value.`,
     noDataSource: (name: string | undefined) =>

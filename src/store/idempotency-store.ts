@@ -42,6 +42,12 @@ export type ClaimResult =
 export interface SweepOptions {
   batchSize: number;
   maxDurationMs: number;
+  /**
+   * Share of the run spent deleting, from 0 (exclusive) to 1: after a batch
+   * that took t ms the sweeper rests t × (1 − d) / d ms, leaving the
+   * database's CPU and I/O to requests. Default 1 (no rest).
+   */
+  dutyCycle?: number;
 }
 
 export interface SweepResult {
@@ -50,6 +56,8 @@ export interface SweepResult {
   deleted: number;
   batches: number;
   durationMs: number;
+  /** Of `durationMs`, the time spent resting between batches (see `dutyCycle`). */
+  restedMs: number;
 }
 
 /**

@@ -249,15 +249,24 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       const [{ locked }] = (await lockRunner.query('SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)) AS locked', [
         this.sweepLockKey,
       ])) as Array<{ locked: boolean }>;
-      if (!locked) return { ran: false, deleted: 0, batches: 0, durationMs: Date.now() - started };
+      if (!locked) return { ran: false, deleted: 0, batches: 0, durationMs: Date.now() - started, restedMs: 0 };
+      const duty = options.dutyCycle ?? 1;
+      let rested = 0;
       // At least one batch per run, so a tight budget still makes progress.
-      let count: number;
-      do {
-        count = await this.execute(this.sweepBatchSql, [options.batchSize]);
+      for (;;) {
+        const batchStarted = Date.now();
+        const count = await this.execute(this.sweepBatchSql, [options.batchSize]);
         batches++;
         deleted += count;
-      } while (count === options.batchSize && Date.now() - started < options.maxDurationMs);
-      return { ran: true, deleted, batches, durationMs: Date.now() - started };
+        if (count < options.batchSize) break;
+        const rest = duty < 1 ? ((Date.now() - batchStarted) * (1 - duty)) / duty : 0;
+        if (Date.now() + rest - started >= options.maxDurationMs) break;
+        if (rest > 0) {
+          await new Promise((resolve) => setTimeout(resolve, rest));
+          rested += rest;
+        }
+      }
+      return { ran: true, deleted, batches, durationMs: Date.now() - started, restedMs: Math.round(rested) };
     } finally {
       if (lockRunner.isTransactionActive) await lockRunner.rollbackTransaction().catch(() => undefined);
       await lockRunner.release();

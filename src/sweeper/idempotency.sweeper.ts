@@ -33,7 +33,7 @@ export class IdempotencySweeper implements OnApplicationBootstrap, OnApplication
 
   async onApplicationBootstrap(): Promise<void> {
     const sweep = this.options.sweep;
-    if (!sweep) return;
+    if (!sweep.scheduled) return;
     const name = `nest-idempotency:sweep:${this.options.tableName}`;
     this.stopSchedule = await scheduleInterval(this.moduleRef, name, sweep.intervalMs, () => void this.runOnce());
   }
@@ -53,17 +53,19 @@ export class IdempotencySweeper implements OnApplicationBootstrap, OnApplication
   }
 
   private async sweep(): Promise<SweepReport> {
-    const sweep = this.options.sweep || { batchSize: 1000, maxDurationMs: 10_000 };
+    const { batchSize, maxDurationMs, dutyCycle } = this.options.sweep;
     try {
-      const result = await this.store.sweep({ batchSize: sweep.batchSize, maxDurationMs: sweep.maxDurationMs });
+      const result = await this.store.sweep({ batchSize, maxDurationMs, dutyCycle });
       this.lastRun = { ...result, finishedAt: new Date() };
       if (result.ran) {
-        this.logger.log(`Swept ${result.deleted} expired keys in ${result.batches} batches, ${result.durationMs} ms.`);
+        this.logger.log(
+          `Swept ${result.deleted} expired keys in ${result.batches} batches, ${result.durationMs} ms (${result.restedMs} ms resting).`,
+        );
       } else {
         this.logger.debug('Another process is sweeping; skipped.');
       }
     } catch (error) {
-      this.lastRun = { ran: false, deleted: 0, batches: 0, durationMs: 0, finishedAt: new Date(), error };
+      this.lastRun = { ran: false, deleted: 0, batches: 0, durationMs: 0, restedMs: 0, finishedAt: new Date(), error };
       this.logger.warn(`Sweep failed: ${error instanceof Error ? error.message : String(error)}`);
     }
     return this.lastRun;
