@@ -1,3 +1,4 @@
+import { DEFAULT_SWEEP_BATCH_SIZE } from '../src/idempotency.constants.js';
 export type AdapterName = 'express' | 'fastify';
 export type ScenarioGroup = 'http' | 'size' | 'sweep';
 
@@ -56,7 +57,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): BenchConfig {
     claimRate: int(env, 'BENCH_CLAIM_RATE', 400),
     claimSeconds: int(env, 'BENCH_CLAIM_S', pick(15, 4)),
     claimWarmupSeconds: pick(3, 1),
-    sweepBatchSize: int(env, 'BENCH_SWEEP_BATCH', 1_000),
+    sweepBatchSize: int(env, 'BENCH_SWEEP_BATCH', DEFAULT_SWEEP_BATCH_SIZE),
   };
 }
 

@@ -13,7 +13,7 @@ export const DEFAULT_TABLE_NAME = 'idempotency_keys';
 export const DEFAULT_OUTBOX_TABLE_NAME = 'outbox_messages';
 export const DEFAULT_UNAVAILABLE_RETRY_AFTER_S = 5;
 export const DEFAULT_SWEEP_INTERVAL_MS = 60_000;
-export const DEFAULT_SWEEP_BATCH_SIZE = 1_000;
+export const DEFAULT_SWEEP_BATCH_SIZE = 250;
 export const DEFAULT_SWEEP_MAX_DURATION_MS = 10_000;
 export const DEFAULT_SWEEP_DUTY_CYCLE = 0.5;
 

@@ -17,7 +17,7 @@ describe('resolveIdempotencyOptions', () => {
       onHttpException: 'store',
       onError: 'keep',
       unavailableRetryAfter: 5,
-      sweep: { scheduled: true, intervalMs: 60_000, batchSize: 1000, maxDurationMs: 10_000, dutyCycle: 0.5 },
+      sweep: { scheduled: true, intervalMs: 60_000, batchSize: 250, maxDurationMs: 10_000, dutyCycle: 0.5 },
     });
     expect([...o.replayHeaders]).toEqual(['content-type', 'location', 'etag', 'content-location']);
   });
@@ -55,6 +55,6 @@ describe('resolveIdempotencyOptions', () => {
   });
 
   it('accepts sweep: false: nothing is scheduled, on-demand sweeps keep the defaults', () => {
-    expect(resolveIdempotencyOptions({ tenant, sweep: false }).sweep).toMatchObject({ scheduled: false, batchSize: 1000 });
+    expect(resolveIdempotencyOptions({ tenant, sweep: false }).sweep).toMatchObject({ scheduled: false, batchSize: 250 });
   });
 });
