@@ -401,7 +401,7 @@ describe('sample app startup and health', () => {
 
   it.each(ADAPTERS)('over %s, /health answers 503 while the database is unreachable and 200 once it is back', async (adapter) => {
     const target = new URL(databaseUrl());
-    const proxy = new TcpProxy(target.hostname, Number(target.port || 5432));
+    const proxy = new TcpProxy(Number(target.port || 5432), target.hostname);
     await proxy.start();
     const schema = await freshSchema(`sample_app_health_${adapter}`);
     const api = await startSampleApp(adapter, schema, throughProxy(databaseUrl(), proxy));

@@ -65,7 +65,7 @@ describe.each(ADAPTERS)('database unreachable over %s', (adapter) => {
     schema = await freshSchema(`down_${adapter}`);
     await createTables(schema);
     const target = new URL(databaseUrl());
-    proxy = new TcpProxy(target.hostname, Number(target.port || 5432));
+    proxy = new TcpProxy(Number(target.port || 5432), target.hostname);
     await proxy.start();
     api = await startTestApp(adapter, schema, {}, { url: throughProxy(databaseUrl(), proxy) });
   });

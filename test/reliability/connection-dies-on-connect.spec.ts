@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { connect, createServer, type Server, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
+import { LoopbackProxy } from '../support/loopback-proxy.js';
 import pg from 'pg';
 import { databaseUrl } from '../support/database.js';
 import { send, sleep, type RawResponse } from '../support/http.js';
@@ -86,48 +87,24 @@ function terminatedByAdministrator(): Buffer {
 }
 
 /** When armed, the next new connection gets its first ReadyForQuery and a FATAL in one chunk, then is closed. */
-class FatalAfterReadyProxy {
-  private server?: Server;
-  private readonly sockets = new Set<Socket>();
-  port = 0;
+class FatalAfterReadyProxy extends LoopbackProxy {
   armed = false;
   injected = 0;
 
-  constructor(private readonly targetPort: number) {}
-
-  async start(): Promise<void> {
-    this.server = createServer((app) => {
-      const database = connect(this.targetPort, '127.0.0.1');
-      const doomed = this.armed;
-      this.armed = false;
-      let ready = false;
-      for (const socket of [app, database]) {
-        this.sockets.add(socket);
-        socket.on('close', () => this.sockets.delete(socket));
-        socket.on('error', () => {
-          app.destroy();
-          database.destroy();
-        });
+  protected relay(app: Socket, database: Socket): void {
+    const doomed = this.armed;
+    this.armed = false;
+    let ready = false;
+    app.on('data', (chunk: Buffer) => database.write(chunk));
+    database.on('data', (chunk: Buffer) => {
+      if (doomed && !ready && chunk.includes(READY_FOR_QUERY)) {
+        ready = true;
+        this.injected++;
+        app.end(Buffer.concat([chunk, terminatedByAdministrator()]));
+        database.destroy();
+        return;
       }
-      app.on('data', (chunk: Buffer) => database.write(chunk));
-      database.on('data', (chunk: Buffer) => {
-        if (doomed && !ready && chunk.includes(READY_FOR_QUERY)) {
-          ready = true;
-          this.injected++;
-          app.end(Buffer.concat([chunk, terminatedByAdministrator()]));
-          database.destroy();
-          return;
-        }
-        app.write(chunk);
-      });
+      app.write(chunk);
     });
-    await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
-    const address = this.server.address();
-    if (address && typeof address === 'object') this.port = address.port;
-  }
-
-  async stop(): Promise<void> {
-    for (const socket of this.sockets) socket.destroy();
-    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
   }
 }

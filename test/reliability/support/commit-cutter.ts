@@ -1,4 +1,5 @@
-import { connect, createServer, type Server, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
+import { LoopbackProxy } from '../../support/loopback-proxy.js';
 
 /** PostgreSQL's CommandComplete message for COMMIT: 'C', int32 length 11, "COMMIT\0". */
 const COMMIT_COMPLETE = Buffer.from([0x43, 0, 0, 0, 11, ...Buffer.from('COMMIT'), 0]);
@@ -12,47 +13,17 @@ const CHARGE_INSERT = Buffer.from('INSERT INTO "charges"');
  * answer and cuts the connection. The charge is committed; the app only
  * sees its connection die during COMMIT.
  */
-export class CommitCutter {
-  private server?: Server;
-  private readonly sockets = new Set<Socket>();
+export class CommitCutter extends LoopbackProxy {
   private armed = 0;
-  port = 0;
   /** Commits whose answer was swallowed. */
   cuts = 0;
-
-  constructor(private readonly targetPort: number) {}
 
   /** Cut the next `count` charge commits. */
   arm(count: number): void {
     this.armed = count;
   }
 
-  async start(): Promise<void> {
-    this.server = createServer((app) => this.relay(app));
-    await new Promise<void>((resolve, reject) => {
-      this.server!.once('error', reject);
-      this.server!.listen(0, '127.0.0.1', resolve);
-    });
-    const address = this.server.address();
-    if (address && typeof address === 'object') this.port = address.port;
-  }
-
-  async stop(): Promise<void> {
-    for (const socket of this.sockets) socket.destroy();
-    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
-    this.server = undefined;
-  }
-
-  private relay(app: Socket): void {
-    const database = connect(this.targetPort, '127.0.0.1');
-    for (const socket of [app, database]) {
-      this.sockets.add(socket);
-      socket.on('close', () => this.sockets.delete(socket));
-      socket.on('error', () => {
-        app.destroy();
-        database.destroy();
-      });
-    }
+  protected relay(app: Socket, database: Socket): void {
     let insertedCharge = false;
     app.on('data', (chunk: Buffer) => {
       if (chunk.includes(CHARGE_INSERT)) insertedCharge = true;

@@ -1,4 +1,5 @@
-import { connect, createServer, type Server, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
+import { LoopbackProxy } from '../../support/loopback-proxy.js';
 
 /**
  * A loopback TCP proxy in front of one HTTP server that loses a fraction of
@@ -8,11 +9,8 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
  * cannot know. One HTTP exchange per connection (clients must not keep
  * connections alive), so the decision is per request.
  */
-export class LossyProxy {
-  private server?: Server;
-  private readonly sockets = new Set<Socket>();
+export class LossyProxy extends LoopbackProxy {
   private readonly random: () => number;
-  port = 0;
   readonly stats = { connections: 0, forwarded: 0, dropped: 0 };
 
   /**
@@ -20,41 +18,17 @@ export class LossyProxy {
    * @param seed seeds the choice, so a run can be replayed
    */
   constructor(
-    private readonly targetPort: number,
+    targetPort: number,
     private readonly dropRate: number,
     seed: number,
   ) {
+    super(targetPort);
     this.random = mulberry32(seed);
   }
 
-  async start(): Promise<void> {
-    this.server = createServer((client) => this.relay(client));
-    await new Promise<void>((resolve, reject) => {
-      this.server!.once('error', reject);
-      this.server!.listen(0, '127.0.0.1', resolve);
-    });
-    const address = this.server.address();
-    if (address && typeof address === 'object') this.port = address.port;
-  }
-
-  async stop(): Promise<void> {
-    for (const socket of this.sockets) socket.destroy();
-    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
-    this.server = undefined;
-  }
-
-  private relay(client: Socket): void {
+  protected relay(client: Socket, upstream: Socket): void {
     this.stats.connections++;
     const drop = this.random() < this.dropRate;
-    const upstream = connect(this.targetPort, '127.0.0.1');
-    for (const socket of [client, upstream]) {
-      this.sockets.add(socket);
-      socket.on('close', () => this.sockets.delete(socket));
-      socket.on('error', () => {
-        client.destroy();
-        upstream.destroy();
-      });
-    }
     client.pipe(upstream);
     if (!drop) {
       upstream.pipe(client);
