@@ -1,4 +1,4 @@
-import { describe, expect, it } from '@jest/globals';
+import { afterAll, describe, expect, it } from '@jest/globals';
 import { Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
@@ -105,14 +105,24 @@ describe('schema', () => {
 });
 
 describe('module configuration errors surface at start-up', () => {
+  // A bootstrap that fails leaves no app to close, so the data sources it opened are closed here.
+  const opened: DataSource[] = [];
+  const trackedTypeOrm = (schema: string) =>
+    TypeOrmModule.forRootAsync({
+      useFactory: () => ({ ...dataSourceOptions(schema), retryAttempts: 0 }),
+      dataSourceFactory: async (options) => {
+        const dataSource = await new DataSource(options!).initialize();
+        opened.push(dataSource);
+        return dataSource;
+      },
+    });
+  afterAll(async () => {
+    await Promise.all(opened.filter((d) => d.isInitialized).map((d) => d.destroy()));
+  });
+
   it('a missing tenant resolver fails with a message that says how to fix it', async () => {
     const schema = await freshSchema('config_errors');
-    @Module({
-      imports: [
-        TypeOrmModule.forRoot({ ...dataSourceOptions(schema), retryAttempts: 0 }),
-        IdempotencyModule.forRoot({ sweep: false } as never),
-      ],
-    })
+    @Module({ imports: [trackedTypeOrm(schema), IdempotencyModule.forRoot({ sweep: false } as never)] })
     class Broken {}
     const attempt = NestFactory.createApplicationContext(Broken, { logger: false, abortOnError: false });
     await expect(attempt).rejects.toThrow(IdempotencyConfigurationError);
@@ -123,15 +133,11 @@ describe('module configuration errors surface at start-up', () => {
 
   it('an enabled sweeper without ScheduleModule says to import it or pass sweep: false', async () => {
     const schema = await freshSchema('config_schedule');
-    @Module({
-      imports: [
-        TypeOrmModule.forRoot({ ...dataSourceOptions(schema), retryAttempts: 0 }),
-        IdempotencyModule.forRoot({ tenant: () => 't' }),
-      ],
-    })
+    @Module({ imports: [trackedTypeOrm(schema), IdempotencyModule.forRoot({ tenant: () => 't' })] })
     class NoSchedule {}
     await expect(NestFactory.createApplicationContext(NoSchedule, { logger: false, abortOnError: false })).rejects.toThrow(
       /ScheduleModule.forRoot\(\)/,
     );
+    expect(opened.length).toBeGreaterThan(0);
   });
 });
