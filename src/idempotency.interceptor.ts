@@ -86,11 +86,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const key = parsed.key;
 
     if (route.unreplayable) this.fail(response, problems.unreplayable(route.unreplayable));
-    const tenant = await this.options.tenant(context);
-    if (typeof tenant !== 'string' || tenant === '') {
-      this.logger.error(messages.log.tenantUnresolved(route.name));
-      this.fail(response, problems.tenantUnresolved());
-    }
+    const tenant = await this.resolveTenant(context, response, route.name);
 
     const execution: IdempotencyExecutionContext = {
       manager: undefined as never,
@@ -118,6 +114,27 @@ export class IdempotencyInterceptor implements NestInterceptor {
     } catch (error) {
       return this.failFor(response, error, route.name, key);
     }
+  }
+
+  /**
+   * The tenant, or a problem 500 that fails closed. An `HttpException` from
+   * the resolver (e.g. a 401 for a missing principal) is the resolver's
+   * answer and goes out as it is.
+   */
+  private async resolveTenant(context: ExecutionContext, response: HttpResponse, routeName: string): Promise<string> {
+    let tenant: string | null | undefined;
+    try {
+      tenant = await this.options.tenant(context);
+    } catch (error) {
+      if (error instanceof HttpException) throw error;
+      this.logger.error(messages.log.tenantFailed(routeName), error instanceof Error ? error.stack : String(error));
+      this.fail(response, problems.tenantUnresolved());
+    }
+    if (typeof tenant !== 'string' || tenant === '') {
+      this.logger.error(messages.log.tenantUnresolved(routeName));
+      this.fail(response, problems.tenantUnresolved());
+    }
+    return tenant;
   }
 
   private get adapter() {

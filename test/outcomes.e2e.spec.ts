@@ -197,6 +197,18 @@ describe.each(ADAPTERS)('handler outcomes and replay fidelity over %s', (adapter
     expect(await t.keyRow(`k-${label}`)).toBeUndefined();
   });
 
+  it('a tenant resolver that throws fails closed too; an HttpException from it goes out as it is', async () => {
+    const label = t.fresh();
+    const bug = await post(t.api.url, '/items', { label }, `k-${label}`, 'resolver-bug');
+    expect(bug.status).toBe(500);
+    expect(bug.json()).toMatchObject({ type: ProblemType.tenantUnresolved });
+    expect(bug.text()).not.toContain('principal');
+    const refused = await post(t.api.url, '/items', { label }, `k-${label}`, 'resolver-refuses');
+    expect(refused.status).toBe(401);
+    expect(t.api.probe.count(label)).toBe(0);
+    expect(await t.keyRow(`k-${label}`, 'resolver-bug')).toBeUndefined();
+  });
+
   it("required: false runs a request without a key, once per request, in the request's manager", async () => {
     const label = t.fresh();
     expect((await post(t.api.url, '/optional', { label }, undefined)).status).toBe(201);

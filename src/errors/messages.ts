@@ -57,6 +57,8 @@ export const messages = {
     tenantUnresolved: (route: string) =>
       `The tenant resolver returned nothing for ${route}. The request was refused (500) rather than run in a shared scope. ` +
       'Make the resolver return a tenant id for every request, e.g. from the authenticated principal.',
+    tenantFailed: (route: string) =>
+      `The tenant resolver threw for ${route}. The request was refused (500) rather than run in a shared scope.`,
     unavailable: (route: string) => `The idempotency store could not be reached for ${route}; answered 503.`,
     leaseLost: (route: string, key: string) => `Lease on key ${key} was lost for ${route}; the attempt was rolled back.`,
   },

@@ -14,6 +14,7 @@ import {
   Sse,
   type MessageEvent,
   StreamableFile,
+  UnauthorizedException,
   ValidationPipe,
   type INestApplication,
 } from '@nestjs/common';
@@ -323,7 +324,13 @@ export async function startTestApp(
     imports: [
       TypeOrmModule.forRoot({ ...dataSourceOptions(schema, extra), retryAttempts: 0 }),
       IdempotencyModule.forRoot({
-        tenant: (ctx) => ctx.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>().headers['x-tenant'],
+        tenant: (ctx) => {
+          const tenant = ctx.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>().headers['x-tenant'];
+          // Stand-ins for a resolver that fails: a bug, and a deliberate refusal.
+          if (tenant === 'resolver-bug') throw new TypeError('cannot read the principal');
+          if (tenant === 'resolver-refuses') throw new UnauthorizedException('No principal on this request.');
+          return tenant;
+        },
         sweep: false,
         replayHeaders: ['X-Custom-Replayed'],
         ...options,
