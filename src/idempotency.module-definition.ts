@@ -20,7 +20,7 @@ export const {
   MODULE_OPTIONS_TOKEN: RAW_OPTIONS_TOKEN,
   OPTIONS_TYPE,
   ASYNC_OPTIONS_TYPE,
-} = new ConfigurableModuleBuilder<Omit<IdempotencyModuleOptions, 'dataSource'>>({ moduleName: 'Idempotency' })
+} = new ConfigurableModuleBuilder<IdempotencyModuleOptions>({ moduleName: 'Idempotency' })
   .setClassMethodName('forRoot')
   .setFactoryMethodName('createIdempotencyOptions')
   .setExtras<IdempotencyModuleExtras>({ isGlobal: true, dataSource: undefined, store: undefined }, (definition, extras) => ({

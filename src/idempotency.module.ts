@@ -1,6 +1,8 @@
 import { Module, type DynamicModule, type Provider } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
+import { IdempotencyConfigurationError } from './errors/configuration.error.js';
+import { messages } from './errors/messages.js';
 import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS } from './idempotency.constants.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import {
@@ -51,6 +53,9 @@ export class IdempotencyModule extends ConfigurableModuleClass {
   }
 
   private static withProviders(definition: DynamicModule, extras: IdempotencyModuleExtras): DynamicModule {
+    if (extras.dataSource !== undefined && (typeof extras.dataSource !== 'string' || extras.dataSource === '')) {
+      throw new IdempotencyConfigurationError(messages.config.dataSource);
+    }
     const providers: Provider[] = [
       {
         provide: IDEMPOTENCY_OPTIONS,

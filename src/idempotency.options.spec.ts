@@ -54,6 +54,11 @@ describe('resolveIdempotencyOptions', () => {
     });
   });
 
+  it('refuses an empty data source name when the module is defined', async () => {
+    const { IdempotencyModule } = await import('./idempotency.module.js');
+    expect(() => IdempotencyModule.forRoot({ tenant, dataSource: '' })).toThrow(/`dataSource` must be the non-empty name/);
+  });
+
   it('accepts sweep: false: nothing is scheduled, on-demand sweeps keep the defaults', () => {
     expect(resolveIdempotencyOptions({ tenant, sweep: false }).sweep).toMatchObject({ scheduled: false, batchSize: 250 });
   });

@@ -113,8 +113,6 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
   maxKeyLength?: number;
   /** Response headers stored and replayed besides Content-Type, Location, ETag and Content-Location. Never Set-Cookie. */
   replayHeaders?: string[];
-  /** Name of the TypeORM data source to use (as given to `TypeOrmModule.forRoot({ name })`). Default: the app's default one. */
-  dataSource?: string;
   /** Table holding the keys, optionally schema-qualified. Default `'idempotency_keys'`. */
   tableName?: string;
   /** Seconds in the `Retry-After` of a 503 when the store cannot be reached. Default 5. */
@@ -146,7 +144,6 @@ export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
   header: string;
   maxKeyLength: number;
   replayHeaders: ReadonlySet<string>;
-  dataSource?: string;
   tableName: string;
   unavailableRetryAfter: number;
   preparedStatements: boolean;
@@ -193,16 +190,12 @@ export function resolveIdempotencyOptions(options: IdempotencyModuleOptions | un
   if (!Number.isInteger(unavailableRetryAfter) || unavailableRetryAfter < 1) {
     throw new IdempotencyConfigurationError(messages.config.positive('unavailableRetryAfter', unavailableRetryAfter));
   }
-  if (options.dataSource !== undefined && (typeof options.dataSource !== 'string' || options.dataSource === '')) {
-    throw new IdempotencyConfigurationError(messages.config.dataSource);
-  }
   return {
     ...route,
     tenant: options.tenant,
     header,
     maxKeyLength,
     replayHeaders,
-    dataSource: options.dataSource,
     tableName,
     unavailableRetryAfter,
     preparedStatements: booleanOption(options.preparedStatements ?? false, 'preparedStatements'),

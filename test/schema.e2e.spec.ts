@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, it } from '@jest/globals';
-import { Module } from '@nestjs/common';
+import { Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource } from 'typeorm';
@@ -10,8 +10,9 @@ import {
   IdempotencyKeyEntity,
   IdempotencyModule,
   IdempotencyService,
+  TransactionHost,
 } from '../src/index.js';
-import { dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
+import { createTables, dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
 
 async function columnsOf(schema: string, table: string): Promise<string[]> {
   const client = await sqlClient(schema);
@@ -98,6 +99,46 @@ describe('schema', () => {
       const service = app.get(IdempotencyService);
       expect(await service.execute({ tenant: 'single', key: 'k', payload: 1 }, () => 'once')).toBe('once');
       expect(await service.execute({ tenant: 'single', key: 'k', payload: 1 }, () => 'twice')).toBe('once');
+    } finally {
+      await app.close();
+    }
+  });
+});
+
+describe('a named data source', () => {
+  it('is used for keys and for the request transaction when the module names it', async () => {
+    const schema = await freshSchema('named_data_source');
+    await createTables(schema);
+    @Injectable()
+    class Writer {
+      constructor(private readonly tx: TransactionHost) {}
+      write(label: string) {
+        return this.tx.manager.query('INSERT INTO effects (tenant, label) VALUES ($1, $2)', ['named', label]);
+      }
+    }
+    @Module({
+      imports: [
+        // The default data source points at another schema, so using it by mistake would fail.
+        TypeOrmModule.forRoot({ ...dataSourceOptions(`${schema}_missing`), retryAttempts: 0 }),
+        TypeOrmModule.forRoot({ ...dataSourceOptions(schema), name: 'payments', retryAttempts: 0 }),
+        IdempotencyModule.forRoot({ tenant: () => 't', sweep: false, dataSource: 'payments' }),
+      ],
+      providers: [Writer],
+    })
+    class Named {}
+    const app = await NestFactory.createApplicationContext(Named, { logger: false });
+    try {
+      const writer = app.get(Writer);
+      await app.get(IdempotencyService).execute({ tenant: 't', key: 'named', payload: 1 }, () => writer.write('named'));
+      const db = await sqlClient(schema);
+      try {
+        expect((await db.query(`SELECT count(*) FROM effects WHERE label = 'named'`)).rows[0].count).toBe('1');
+        expect((await db.query(`SELECT status FROM idempotency_keys WHERE key = 'named'`)).rows).toEqual([
+          { status: 'completed' },
+        ]);
+      } finally {
+        await db.end();
+      }
     } finally {
       await app.close();
     }

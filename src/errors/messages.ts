@@ -26,9 +26,6 @@ export const messages = {
       `IdempotencyModule: \`sweep.dutyCycle\` must be a number greater than 0 and at most 1 (the share of a run spent deleting), got ${JSON.stringify(value)}.`,
     policy: (name: string, value: unknown) => `${name} must be 'store', 'release' or 'keep', got ${JSON.stringify(value)}.`,
     fingerprint: (where: string) => `${where}: \`fingerprint\` must be a function (context) => value.`,
-    noDataSource: (name: string | undefined) =>
-      `IdempotencyModule could not find the TypeORM data source ${name ? `named "${name}"` : '(the default one)'}. ` +
-      'Import TypeOrmModule.forRoot(...) in your app, or set the `dataSource` option to the name you gave it.',
     unreplayableRoute: (route: string, why: string) =>
       `@Idempotent() route ${route} cannot be replayed: ${why}. Return a value (object, string or Buffer) instead, ` +
       'or use @Res({ passthrough: true }).',
