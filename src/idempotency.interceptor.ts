@@ -88,11 +88,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (route.unreplayable) this.fail(response, problems.unreplayable(route.unreplayable));
     const tenant = await this.resolveTenant(context, response, route.name);
 
-    const execution: IdempotencyExecutionContext = {
-      manager: undefined as never,
-      transactional: false,
-      handlerStarted: false,
-    };
+    const execution = this.service.createContext();
     try {
       const scope = {
         tenant,

@@ -121,7 +121,7 @@ export class IdempotencyService {
    */
   run<R>(
     work: IdempotentWork<EntityManager, R>,
-    context: IdempotencyExecutionContext = this.newContext(),
+    context: IdempotencyExecutionContext = this.createContext(),
   ): Promise<EngineOutcome<R>> {
     context.scope = { tenant: work.tenant, key: work.key };
     return this.engine.execute({
@@ -133,7 +133,7 @@ export class IdempotencyService {
   /** `run` for phased work: no transaction around the work, one per phase, each visible through `TransactionHost`. */
   runPhased<R>(
     work: PhasedWork<EntityManager, R>,
-    context: IdempotencyExecutionContext = this.newContext(),
+    context: IdempotencyExecutionContext = this.createContext(),
   ): Promise<EngineOutcome<R>> {
     context.scope = { tenant: work.tenant, key: work.key };
     return this.engine.executePhased({
@@ -146,13 +146,14 @@ export class IdempotencyService {
     });
   }
 
-  private newContext(): IdempotencyExecutionContext {
+  /** A fresh execution context: the plain manager until a transaction opens, the handler not started. */
+  createContext(): IdempotencyExecutionContext {
     return { manager: this.dataSource.manager, transactional: false, handlerStarted: false };
   }
 
   /** Runs `fn` with the data source's plain manager as the request context (a route without a key). */
   runWithoutIdempotency<T>(fn: () => T): T {
-    return idempotencyContext.run({ manager: this.dataSource.manager, transactional: false, handlerStarted: false }, fn);
+    return idempotencyContext.run(this.createContext(), fn);
   }
 
   /** Deletes expired keys now, in bounded batches; for people who schedule it themselves. */
