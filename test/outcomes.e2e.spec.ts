@@ -245,6 +245,19 @@ describe.each(ADAPTERS)('handler outcomes and replay fidelity over %s', (adapter
     expect((await send(t.api.url, 'GET', '/scoped/health', { headers: [['X-Tenant', 'a']] })).status).toBe(200);
   });
 
+  it('@SkipIdempotency(false) on a method switches idempotency back on under a skipping controller', async () => {
+    const label = t.fresh();
+    await post(t.api.url, '/mostly-off/off', { label }, `k-${label}`);
+    await post(t.api.url, '/mostly-off/off', { label }, `k-${label}`);
+    expect(t.api.probe.count(label)).toBe(2);
+    expect(await t.keyRow(`k-${label}`)).toBeUndefined();
+    const on = await post(t.api.url, '/mostly-off/back-on', { label: `${label}-on` }, `k-${label}-on`);
+    const again = await post(t.api.url, '/mostly-off/back-on', { label: `${label}-on` }, `k-${label}-on`);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(Buffer.compare(again.body, on.body)).toBe(0);
+    expect(t.api.probe.count(`${label}-on`)).toBe(1);
+  });
+
   it('a per-route fingerprint decides what counts as the same request', async () => {
     const label = t.fresh();
     const first = await post(t.api.url, '/custom-fingerprint', { label, amount: 5 }, `k-${label}`);

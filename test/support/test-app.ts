@@ -296,7 +296,25 @@ function controllers(probe: Probe) {
     }
   }
 
-  return [EffectsController, ScopedController];
+  @Controller('mostly-off')
+  @Idempotent()
+  @SkipIdempotency()
+  class MostlyOffController {
+    @Post('off')
+    off(@Body() body: { label: string }) {
+      probe.record(body.label);
+      return { at: probe.count(body.label) };
+    }
+
+    @Post('back-on')
+    @SkipIdempotency(false)
+    backOn(@Body() body: { label: string }) {
+      probe.record(body.label);
+      return { at: probe.count(body.label) };
+    }
+  }
+
+  return [EffectsController, ScopedController, MostlyOffController];
 }
 
 function setHeader(res: unknown, name: string, value: string): void {
