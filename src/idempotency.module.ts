@@ -20,6 +20,7 @@ import {
 import { IdempotencyService } from './idempotency.service.js';
 import { IdempotencyStore } from './store/idempotency-store.js';
 import { PostgresIdempotencyStore } from './store/postgres-idempotency.store.js';
+import { installRedactingLogger, QUERY_LOG_REDACTION } from './store/redacting-logger.js';
 import { IdempotencySweeper } from './sweeper/idempotency.sweeper.js';
 import { Outbox } from './outbox/outbox.js';
 import { OutboxRelay } from './outbox/outbox-relay.js';
@@ -63,6 +64,7 @@ export class IdempotencyModule extends ConfigurableModuleClass {
         inject: [RAW_OPTIONS_TOKEN],
       },
       { provide: IDEMPOTENCY_DATA_SOURCE, useExisting: getDataSourceToken(extras.dataSource) },
+      { provide: QUERY_LOG_REDACTION, useFactory: installRedactingLogger, inject: [IDEMPOTENCY_DATA_SOURCE] },
       extras.store
         ? { provide: IdempotencyStore, useClass: extras.store }
         : {

@@ -1,4 +1,5 @@
 import type { DataSource, EntityManager } from 'typeorm';
+import { installRedactingLogger, redactQueryError, sqlMarker } from '../store/redacting-logger.js';
 import { quoteTableName } from '../store/sql.js';
 
 /** A message as the relay hands it to a handler. */
@@ -40,23 +41,31 @@ export class OutboxStore {
     tableName: string,
   ) {
     this.table = quoteTableName(tableName);
+    installRedactingLogger(dataSource);
   }
 
   async enqueue(
     manager: EntityManager,
     message: { tenant?: string | null; topic: string; payload: unknown; delayMs?: number },
   ): Promise<string> {
-    const [row] = (await manager.query(
-      `INSERT INTO ${this.table} (tenant_id, topic, payload, available_at)
-       VALUES ($1, $2, $3, now() + interval '1 millisecond' * $4::float8) RETURNING id`,
-      [message.tenant ?? null, message.topic, JSON.stringify(message.payload ?? null), message.delayMs ?? 0],
-    )) as Array<{ id: string }>;
-    return row.id;
+    const params = [message.tenant ?? null, message.topic, JSON.stringify(message.payload ?? null), message.delayMs ?? 0];
+    try {
+      const [row] = (await manager.query(
+        `${sqlMarker('outbox-enqueue')}
+         INSERT INTO ${this.table} (tenant_id, topic, payload, available_at)
+         VALUES ($1, $2, $3, now() + interval '1 millisecond' * $4::float8) RETURNING id`,
+        params,
+      )) as Array<{ id: string }>;
+      return row.id;
+    } catch (error) {
+      throw redactQueryError(error, params);
+    }
   }
 
   async claim(batchSize: number, lockMs: number, lockToken: string): Promise<ClaimedBatch> {
     const { records } = await this.run(
-      `UPDATE ${this.table} AS m
+      `${sqlMarker('outbox-claim')}
+       UPDATE ${this.table} AS m
           SET attempts = m.attempts + 1, locked_until = now() + interval '1 millisecond' * $3::float8, lock_token = $2
         WHERE m.id IN (
           SELECT id FROM ${this.table}
@@ -85,7 +94,8 @@ export class OutboxStore {
   /** Marks a claimed message delivered; false if this relay's lock was lost meanwhile. */
   async markDelivered(id: string, lockToken: string): Promise<boolean> {
     return this.settle(
-      `UPDATE ${this.table} SET status = 'delivered', delivered_at = now(), locked_until = NULL, last_error = NULL
+      `${sqlMarker('outbox-delivered')}
+       UPDATE ${this.table} SET status = 'delivered', delivered_at = now(), locked_until = NULL, last_error = NULL
         WHERE id = $1 AND lock_token = $2 AND status = 'pending'`,
       [id, lockToken],
     );
@@ -95,12 +105,14 @@ export class OutboxStore {
   async markFailed(id: string, lockToken: string, error: string, retryInMs: number | null): Promise<boolean> {
     return retryInMs === null
       ? this.settle(
-          `UPDATE ${this.table} SET status = 'dead', locked_until = NULL, last_error = $3
+          `${sqlMarker('outbox-dead')}
+           UPDATE ${this.table} SET status = 'dead', locked_until = NULL, last_error = $3
             WHERE id = $1 AND lock_token = $2 AND status = 'pending'`,
           [id, lockToken, error],
         )
       : this.settle(
-          `UPDATE ${this.table}
+          `${sqlMarker('outbox-retry')}
+           UPDATE ${this.table}
               SET available_at = now() + interval '1 millisecond' * $4::float8, locked_until = NULL, last_error = $3
             WHERE id = $1 AND lock_token = $2 AND status = 'pending'`,
           [id, lockToken, error, retryInMs],
@@ -110,7 +122,8 @@ export class OutboxStore {
   /** Puts dead-lettered messages back in the queue (after fixing what made them fail). */
   async redrive(ids?: string[]): Promise<number> {
     return this.count(
-      `UPDATE ${this.table} SET status = 'pending', attempts = 0, available_at = now(), last_error = NULL
+      `${sqlMarker('outbox-redrive')}
+       UPDATE ${this.table} SET status = 'pending', attempts = 0, available_at = now(), last_error = NULL
         WHERE status = 'dead' AND ($1::bigint[] IS NULL OR id = ANY($1::bigint[]))`,
       [ids ?? null],
     );
@@ -128,6 +141,8 @@ export class OutboxStore {
     const runner = this.dataSource.createQueryRunner();
     try {
       return (await runner.query(sql, params, true)) as { records: unknown[]; affected?: number };
+    } catch (error) {
+      throw redactQueryError(error, params);
     } finally {
       await runner.release();
     }

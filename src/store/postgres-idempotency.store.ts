@@ -10,6 +10,7 @@ import {
   type SweepOptions,
   type SweepResult,
 } from './idempotency-store.js';
+import { installRedactingLogger, redactQueryError, sqlMarker } from './redacting-logger.js';
 import { quoteTableName } from './sql.js';
 
 interface ClaimRow {
@@ -100,7 +101,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     // on the locked, latest row version. The snapshot can predate a row that a
     // concurrent claim committed while this one waited on its lock: such
     // rows come back as 'retry' (or not at all) and the claim runs again.
-    this.claimSql = `
+    this.claimSql = `${sqlMarker('claim')}
       WITH existing AS (
         SELECT * FROM ${t} WHERE tenant_id = $1 AND key = $2
       ),
@@ -154,23 +155,23 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
              NULL, NULL
         FROM existing e
        WHERE NOT EXISTS (SELECT 1 FROM claimed)`;
-    this.completeSql = `
+    this.completeSql = `${sqlMarker('complete')}
       UPDATE ${t}
          SET status = 'completed', response_status = $4, response_headers = $5::jsonb, response_body = $6,
              completed_at = now(), expires_at = now() + interval '1 millisecond' * $7::float8
        WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'`;
     // Fenced like the completion; also renews the lease, so a handler that keeps
     // making progress keeps its key.
-    this.recordPhaseSql = `
+    this.recordPhaseSql = `${sqlMarker('record-phase')}
       UPDATE ${t}
          SET recovery_point = $4, phase_results = $5,
              lease_expires_at = now() + interval '1 millisecond' * $6::float8
        WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'`;
-    this.releaseSql = `
+    this.releaseSql = `${sqlMarker('release')}
       DELETE FROM ${t} WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'`;
     // Locks the batch with SKIP LOCKED so a claim racing on one of these keys
     // is never waited on, and re-checks expiry on the locked row version.
-    this.sweepBatchSql = `
+    this.sweepBatchSql = `${sqlMarker('sweep-batch')}
       WITH doomed AS (
         SELECT tenant_id, key FROM ${t}
          WHERE expires_at <= now() AND NOT (status = 'in_flight' AND lease_expires_at > now())
@@ -297,6 +298,8 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
    * its own. With `preparedStatements` and a `name`, as a named prepared
    * statement on the pg client itself, since TypeORM cannot name one; it is
    * still logged through the data source's logger like every other query.
+   * Either way the parameters (keys, tenants, bodies) reach neither a log nor
+   * the error it throws (see redacting-logger.ts).
    */
   private async run(
     name: 'claim' | 'complete' | undefined,
@@ -304,6 +307,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     params: unknown[],
     runner?: QueryRunner,
   ): Promise<{ rows: unknown[]; affected: number }> {
+    installRedactingLogger(this.dataSource);
     const own = runner ? undefined : this.dataSource.createQueryRunner();
     const active = (runner ?? own)!;
     try {
@@ -312,11 +316,18 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
           query(config: { name: string; text: string; values: unknown[] }): Promise<{ rows: unknown[]; rowCount: number | null }>;
         };
         this.dataSource.logger.logQuery(sql, params, active);
-        const result = await client.query({ name: this.statementName(name), text: sql, values: params });
-        return { rows: result.rows, affected: result.rowCount ?? 0 };
+        try {
+          const result = await client.query({ name: this.statementName(name), text: sql, values: params });
+          return { rows: result.rows, affected: result.rowCount ?? 0 };
+        } catch (error) {
+          this.dataSource.logger.logQueryError(error as Error, sql, params, active);
+          throw error;
+        }
       }
       const result = (await active.query(sql, params, true)) as { records?: unknown[]; affected?: number };
       return { rows: result.records ?? [], affected: result.affected ?? 0 };
+    } catch (error) {
+      throw redactQueryError(error, params);
     } finally {
       await own?.release();
     }
