@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { DataSource, type DataSourceOptions, type Logger as TypeOrmLogger } from 'typeorm';
+import { DataSource, type DataSourceOptions, type LoggerOptions, type Logger as TypeOrmLogger } from 'typeorm';
 import { createOutboxStatements, createTableStatements } from '../../src/store/sql.js';
 
 export function databaseUrl(): string {
@@ -43,7 +43,7 @@ export class QueryCounter implements TypeOrmLogger {
 
 export function dataSourceOptions(
   schema: string,
-  extra: Partial<{ url: string; logger: TypeOrmLogger; poolSize: number }> = {},
+  extra: Partial<{ url: string; logger: TypeOrmLogger; poolSize: number; logging: LoggerOptions }> = {},
 ): DataSourceOptions {
   return {
     type: 'postgres',
@@ -51,7 +51,7 @@ export function dataSourceOptions(
     schema,
     // Plain SQL (the key table) resolves through search_path like entities do through `schema`.
     extra: { options: `-c search_path=${schema}`, max: extra.poolSize ?? 20, connectionTimeoutMillis: 5_000 },
-    logging: extra.logger ? ['query'] : false,
+    logging: extra.logging ?? (extra.logger ? ['query'] : false),
     logger: extra.logger,
   } as DataSourceOptions;
 }

@@ -17,6 +17,7 @@ import {
   UnauthorizedException,
   ValidationPipe,
   type INestApplication,
+  type LoggerService,
 } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { ExpressAdapter } from '@nestjs/platform-express';
@@ -24,7 +25,7 @@ import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { IsInt, IsString, Max, Min } from 'class-validator';
 import { of, type Observable } from 'rxjs';
-import type { EntityManager, Logger as TypeOrmLogger } from 'typeorm';
+import type { EntityManager, LoggerOptions, Logger as TypeOrmLogger } from 'typeorm';
 import {
   Idempotent,
   IdempotencyModule,
@@ -335,7 +336,7 @@ export async function startTestApp(
   adapter: AdapterName,
   schema: string,
   options: Partial<IdempotencyModuleOptions> = {},
-  extra: { logger?: TypeOrmLogger; url?: string; poolSize?: number } = {},
+  extra: { logger?: TypeOrmLogger; logging?: LoggerOptions; nestLogger?: LoggerService; url?: string; poolSize?: number } = {},
 ): Promise<TestApp> {
   const probe = new Probe();
   @Module({
@@ -361,8 +362,8 @@ export async function startTestApp(
 
   const app =
     adapter === 'express'
-      ? await NestFactory.create(TestModule, new ExpressAdapter(), { logger: false })
-      : await NestFactory.create(TestModule, new FastifyAdapter(), { logger: false });
+      ? await NestFactory.create(TestModule, new ExpressAdapter(), { logger: extra.nestLogger ?? false })
+      : await NestFactory.create(TestModule, new FastifyAdapter(), { logger: extra.nestLogger ?? false });
   await app.listen(0, '127.0.0.1');
   const url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
   return { app, url, probe, close: () => app.close() };
