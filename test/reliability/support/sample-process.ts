@@ -8,8 +8,8 @@ import { send, sleep } from '../../support/http.js';
 export type AdapterName = 'express' | 'fastify';
 
 const REPOSITORY_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
-/** Compiled once per run by the reliability suite's global setup. */
-export const SAMPLE_MAIN = join(REPOSITORY_ROOT, 'dist-sample', 'sample-app', 'main.js');
+/** Built once per run by the reliability suite's global setup, which passes its path on in SAMPLE_MAIN. */
+export const SAMPLE_MAIN = process.env.SAMPLE_MAIN ?? '';
 const LOG_LINES_KEPT = 400;
 const LOG_LINES_SHOWN = 80;
 const STARTUP_NOISE = /\[(InstanceLoader|RoutesResolver|RouterExplorer)\]|^\s+-[Hd] '|^curl /;
@@ -42,7 +42,7 @@ export function killOnExit(child: ChildProcess): void {
   child.once('exit', () => everyChild.delete(child));
 }
 
-/** One `node dist-sample/sample-app/main.js` process, with its output kept for failure messages. */
+/** One `node dist-sample/<build>/sample-app/main.js` process, with its output kept for failure messages. */
 export class SampleProcess {
   readonly url: string;
   readonly exited: Promise<ExitInfo>;
@@ -79,8 +79,10 @@ export class SampleProcess {
 
   /** Spawns the sample app on a free loopback port and resolves once `/health` answers 200. */
   static async start(options: SampleProcessOptions): Promise<SampleProcess> {
-    if (!existsSync(SAMPLE_MAIN))
-      throw new Error(`${SAMPLE_MAIN} is missing: run through jest.reliability.config.js, which compiles it.`);
+    if (!SAMPLE_MAIN || !existsSync(SAMPLE_MAIN))
+      throw new Error(
+        `The sample app's build (${SAMPLE_MAIN || 'SAMPLE_MAIN unset'}) is missing: run through jest.reliability.config.js, which builds it.`,
+      );
     const port = await freePort();
     const child = spawn(process.execPath, [SAMPLE_MAIN], {
       cwd: REPOSITORY_ROOT,
