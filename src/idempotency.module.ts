@@ -1,9 +1,11 @@
 import { Module, type DynamicModule, type Provider } from '@nestjs/common';
+import { DiscoveryModule } from '@nestjs/core';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { IdempotencyConfigurationError } from './errors/configuration.error.js';
 import { messages } from './errors/messages.js';
 import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS } from './idempotency.constants.js';
+import { IdempotentRoutes } from './http/route-settings.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import {
   ASYNC_OPTIONS_TYPE,
@@ -35,6 +37,8 @@ const EXPORTS = [
   OutboxRelay,
   IdempotencyStore,
   IdempotencyInterceptor,
+  // The interceptor is instantiated in each controller's module, so what it injects must be exported.
+  IdempotentRoutes,
   IdempotencySweeper,
   IDEMPOTENCY_OPTIONS,
 ];
@@ -78,11 +82,14 @@ export class IdempotencyModule extends ConfigurableModuleClass {
       DownstreamKeys,
       Outbox,
       OutboxRelay,
+      IdempotentRoutes,
       IdempotencyInterceptor,
       IdempotencySweeper,
     ];
     return {
       ...definition,
+      // DiscoveryModule: the start-up pass over every controller's routes (IdempotentRoutes).
+      imports: [...(definition.imports ?? []), DiscoveryModule],
       providers: [...(definition.providers ?? []), ...providers],
       exports: [...(definition.exports ?? []), ...EXPORTS],
     };

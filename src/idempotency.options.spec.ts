@@ -30,7 +30,8 @@ describe('resolveIdempotencyOptions', () => {
     [{}, /`tenant` must be a function/],
     [{ tenant, ttl: 'soon' }, /ttl must be a positive whole number/],
     [{ tenant, lease: -1 }, /lease must be a positive/],
-    [{ tenant, lease: '2h', ttl: '1h' }, /lease .* must be shorter than the TTL/],
+    [{ tenant, lease: '30' }, /lease must be .* a duration string with its unit/],
+    [{ tenant, ttl: ' 100 ' }, /ttl must be .* a duration string with its unit/],
     [{ tenant, header: 'Bad Header' }, /`header` must be an HTTP header name/],
     [{ tenant, maxKeyLength: 0 }, /maxKeyLength/],
     [{ tenant, replayHeaders: ['Set-Cookie'] }, /never replayed/],
@@ -42,6 +43,15 @@ describe('resolveIdempotencyOptions', () => {
   ])('refuses %j with a message that says how to fix it', (options, message) => {
     expect(() => resolveIdempotencyOptions(options as never)).toThrow(IdempotencyConfigurationError);
     expect(() => resolveIdempotencyOptions(options as never)).toThrow(message);
+  });
+
+  it('accepts a lease longer than the TTL: a key whose lease is valid never counts as expired (CONTRACT A4.10)', () => {
+    expect(resolveIdempotencyOptions({ tenant, lease: '2h', ttl: '1h' })).toMatchObject({ leaseMs: 7_200_000, ttlMs: 3_600_000 });
+    expect(resolveRouteOptions({ ttl: 100 }, resolveIdempotencyOptions({ tenant }), 'route')).toMatchObject({ ttlMs: 100, leaseMs: 30_000 });
+  });
+
+  it("accepts unit strings with spaces and decimals: '1.5s', '500 ms'", () => {
+    expect(resolveIdempotencyOptions({ tenant, lease: '1.5s', ttl: '500 ms' })).toMatchObject({ leaseMs: 1_500, ttlMs: 500 });
   });
 
   it('lets a route override the module and keeps the rest', () => {

@@ -80,6 +80,15 @@ export interface OutboxRelayOptions {
   maxBackoff?: Duration;
   /** How long a claimed message is reserved for its relay before another may retry it. Default 60 s. */
   lockTimeout?: Duration;
+  /**
+   * How long a handler may take before its delivery counts as a failed attempt
+   * (retried with backoff, dead-lettered after `maxAttempts`), so a hung handler
+   * stalls neither later rounds nor shutdown. The handler's `AbortSignal` is
+   * aborted then; a handler that ignores it cannot be cancelled and runs on,
+   * its outcome ignored. Must be shorter than `lockTimeout`. Default 30 s, or
+   * half of `lockTimeout` when that is shorter.
+   */
+  deliveryTimeout?: Duration;
 }
 
 /** Options that a route can override with `@Idempotent({...})`. */
@@ -88,7 +97,11 @@ export interface IdempotencyRouteOptions {
   required?: boolean;
   /** How long a key is remembered after its claim and again after its response is stored. Default 24 h. */
   ttl?: Duration;
-  /** How long an attempt owns a key before a retry may take it over. Default 30 s. */
+  /**
+   * How long an attempt owns a key before a retry may take it over. Default
+   * 30 s. It may be longer than `ttl`: a key whose lease is valid never
+   * counts as expired.
+   */
   lease?: Duration;
   /** Policy for an `HttpException` thrown by the handler itself. Default `'store'`. */
   onHttpException?: FailurePolicy;
@@ -154,6 +167,8 @@ export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
 
 export interface ResolvedOutboxOptions {
   tableName: string;
+  /** Whether the `outbox` option was given: then the start-up schema check requires the outbox table too. */
+  configured: boolean;
   scheduled: boolean;
   intervalMs: number;
   batchSize: number;
@@ -162,6 +177,7 @@ export interface ResolvedOutboxOptions {
   initialBackoffMs: number;
   maxBackoffMs: number;
   lockMs: number;
+  deliveryTimeoutMs: number;
 }
 
 const POLICIES: readonly FailurePolicy[] = ['store', 'release', 'keep'];
@@ -225,8 +241,15 @@ function resolveOutbox(outbox: OutboxOptions | undefined): ResolvedOutboxOptions
   const relay = outbox?.relay || {};
   const duration = (value: Duration | undefined, fallback: number, name: string) =>
     value === undefined ? fallback : toMs(value, `outbox.relay.${name}`);
+  const lockMs = duration(relay.lockTimeout, 60_000, 'lockTimeout');
+  const deliveryTimeoutMs = duration(relay.deliveryTimeout, Math.min(30_000, Math.ceil(lockMs / 2)), 'deliveryTimeout');
+  // A delivery must be settled while its lock holds, or another relay delivers the message again meanwhile.
+  if (deliveryTimeoutMs >= lockMs) {
+    throw new IdempotencyConfigurationError(messages.config.deliveryTimeout(deliveryTimeoutMs, lockMs));
+  }
   return {
     tableName: tableNameOption(outbox?.tableName ?? DEFAULT_OUTBOX_TABLE_NAME, 'outbox.tableName'),
+    configured: outbox !== undefined,
     scheduled: !!outbox?.relay,
     intervalMs: duration(relay.interval, 1_000, 'interval'),
     batchSize: positiveInteger(relay.batchSize ?? 50, 'outbox.relay.batchSize'),
@@ -234,13 +257,14 @@ function resolveOutbox(outbox: OutboxOptions | undefined): ResolvedOutboxOptions
     maxAttempts: positiveInteger(relay.maxAttempts ?? 10, 'outbox.relay.maxAttempts'),
     initialBackoffMs: duration(relay.initialBackoff, 1_000, 'initialBackoff'),
     maxBackoffMs: duration(relay.maxBackoff, 300_000, 'maxBackoff'),
-    lockMs: duration(relay.lockTimeout, 60_000, 'lockTimeout'),
+    lockMs,
+    deliveryTimeoutMs,
   };
 }
 
 /**
- * Fills a route's options from the module's. Called once per route, on its
- * first request, so a bad `@Idempotent({...})` fails loudly and early.
+ * Fills a route's options from the module's. Called for every route at
+ * start-up, so a bad `@Idempotent({...})` stops the app with a message.
  */
 export function resolveRouteOptions(
   options: IdempotencyRouteOptions,
@@ -249,7 +273,6 @@ export function resolveRouteOptions(
 ): ResolvedRouteOptions {
   const ttlMs = options.ttl === undefined ? (defaults?.ttlMs ?? DEFAULT_TTL_MS) : toMs(options.ttl, `${where}: ttl`);
   const leaseMs = options.lease === undefined ? (defaults?.leaseMs ?? DEFAULT_LEASE_MS) : toMs(options.lease, `${where}: lease`);
-  if (leaseMs >= ttlMs) throw new IdempotencyConfigurationError(messages.config.leaseVsTtl(where, leaseMs, ttlMs));
   const required = options.required ?? defaults?.required ?? true;
   if (typeof required !== 'boolean') throw new IdempotencyConfigurationError(messages.config.boolean(`${where}: required`));
   const onHttpException = policy(options.onHttpException ?? defaults?.onHttpException ?? 'store', `${where}: onHttpException`);
@@ -287,8 +310,15 @@ function policy(value: unknown, name: string): FailurePolicy {
   return value as FailurePolicy;
 }
 
-/** Durations are milliseconds; `'30s'`-style strings are parsed here and nowhere else. */
+/**
+ * Durations are milliseconds; `'30s'`-style strings are parsed here and
+ * nowhere else. A string needs its unit: `'30'` would read as 30 ms where
+ * the writer most likely meant seconds, so it is refused.
+ */
 export function toMs(value: Duration, name: string): number {
+  if (typeof value === 'string' && !/^\s*-?(\d+\.?\d*|\.\d+)\s*[a-z]+\s*$/i.test(value)) {
+    throw new IdempotencyConfigurationError(messages.config.duration(name, value));
+  }
   const parsed = typeof value === 'string' ? ms(value as ms.StringValue) : value;
   if (typeof parsed !== 'number' || !Number.isFinite(parsed) || parsed <= 0 || !Number.isInteger(parsed)) {
     throw new IdempotencyConfigurationError(messages.config.duration(name, value));

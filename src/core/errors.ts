@@ -42,9 +42,15 @@ export class LeaseLostError extends IdempotencyError {
  * same key is safe and tells which.
  */
 export class StoreUnavailableError extends IdempotencyError {
+  /**
+   * @param retryAfterSeconds when a retry can find the key free: set when the
+   *   claim was made and is still held (its lease decides), absent when no
+   *   claim was made.
+   */
   constructor(
     cause: unknown,
     readonly outcome: 'not-run' | 'unknown' = 'not-run',
+    readonly retryAfterSeconds?: number,
   ) {
     super(
       outcome === 'not-run'
@@ -53,4 +59,25 @@ export class StoreUnavailableError extends IdempotencyError {
       { cause },
     );
   }
+}
+
+/**
+ * A value to fingerprint has no canonical form (a lone surrogate, a number
+ * out of range, nesting past the depth limit): the request is refused before
+ * anything is claimed.
+ */
+export class UnrepresentableInputError extends IdempotencyError {
+  constructor(readonly reason: string) {
+    super(`The request cannot be fingerprinted: ${reason}.`);
+  }
+}
+
+/**
+ * Carries an error thrown by the work itself out of the store calls around
+ * it, so it is never mistaken for a failure of the store: a payment
+ * provider's `ECONNRESET` inside a handler is the handler's error.
+ * Internal to the engine and `Phases`.
+ */
+export class WorkFailure {
+  constructor(readonly error: unknown) {}
 }

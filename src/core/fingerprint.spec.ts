@@ -1,39 +1,78 @@
 import { describe, expect, it } from '@jest/globals';
-import { fingerprintRequest, fingerprintValue } from './fingerprint.js';
+import { UnrepresentableInputError } from './errors.js';
+import { fingerprintRequest, fingerprintValue, MAX_FINGERPRINT_DEPTH, type FingerprintInput } from './fingerprint.js';
+
+const request = (overrides: Partial<FingerprintInput> = {}): FingerprintInput => ({
+  method: 'POST',
+  route: '/charges',
+  params: {},
+  query: {},
+  body: { amount: 1, nested: { b: [1, { y: 2, x: 1 }], a: null } },
+  ...overrides,
+});
+
+function nested(depth: number): unknown {
+  let value: unknown = 1;
+  for (let i = 0; i < depth; i++) value = [value];
+  return value;
+}
 
 describe('fingerprintRequest', () => {
-  const base = { method: 'POST', path: '/charges', body: { amount: 1, nested: { b: [1, { y: 2, x: 1 }], a: null } } };
-
-  it('ignores key order at every depth', () => {
-    const reordered = { method: 'post', path: '/charges', body: { nested: { a: null, b: [1, { x: 1, y: 2 }] }, amount: 1 } };
-    expect(fingerprintRequest(reordered)).toBe(fingerprintRequest(base));
+  it('ignores key order at every depth, in the body and in the query', () => {
+    const reordered = request({ method: 'post', body: { nested: { a: null, b: [1, { x: 1, y: 2 }] }, amount: 1 } });
+    expect(fingerprintRequest(reordered)).toBe(fingerprintRequest(request()));
+    expect(fingerprintRequest(request({ query: { b: '2', a: '1' } }))).toBe(fingerprintRequest(request({ query: { a: '1', b: '2' } })));
   });
 
   it('is a SHA-256 hex digest', () => {
-    expect(fingerprintRequest(base)).toMatch(/^[0-9a-f]{64}$/);
+    expect(fingerprintRequest(request())).toMatch(/^[0-9a-f]{64}$/);
   });
 
-  it('changes with the method, the path, a value, or array order', () => {
-    const f = fingerprintRequest(base);
-    expect(fingerprintRequest({ ...base, method: 'PUT' })).not.toBe(f);
-    expect(fingerprintRequest({ ...base, path: '/charges?x=1' })).not.toBe(f);
-    expect(fingerprintRequest({ ...base, body: { ...base.body, amount: 2 } })).not.toBe(f);
-    expect(fingerprintRequest({ ...base, body: { ...base.body, nested: { a: null, b: [{ y: 2, x: 1 }, 1] } } })).not.toBe(f);
+  it('changes with the method, the route, a parameter, the query, a value, or array order', () => {
+    const f = fingerprintRequest(request());
+    const body = request().body as { amount: number; nested: unknown };
+    expect(fingerprintRequest(request({ method: 'PUT' }))).not.toBe(f);
+    expect(fingerprintRequest(request({ route: '/refunds' }))).not.toBe(f);
+    expect(fingerprintRequest(request({ params: { id: '1' } }))).not.toBe(fingerprintRequest(request({ params: { id: '2' } })));
+    expect(fingerprintRequest(request({ query: { x: '1' } }))).not.toBe(f);
+    expect(fingerprintRequest(request({ body: { ...body, amount: 2 } }))).not.toBe(f);
+    expect(fingerprintRequest(request({ body: { ...body, nested: { a: null, b: [{ y: 2, x: 1 }, 1] } } }))).not.toBe(f);
+  });
+
+  it('treats an absent query like an empty one', () => {
+    expect(fingerprintRequest(request({ query: undefined }))).toBe(fingerprintRequest(request({ query: {} })));
   });
 
   it('tells a text body from a JSON body of the same text, and from bytes', () => {
-    const json = fingerprintRequest({ method: 'POST', path: '/', body: 'abc' });
-    const bytes = fingerprintRequest({ method: 'POST', path: '/', body: Buffer.from('abc') });
-    const object = fingerprintRequest({ method: 'POST', path: '/', body: ['abc'] });
+    const json = fingerprintRequest(request({ body: 'abc' }));
+    const bytes = fingerprintRequest(request({ body: Buffer.from('abc') }));
+    const object = fingerprintRequest(request({ body: ['abc'] }));
     expect(new Set([json, bytes, object]).size).toBe(3);
   });
 
   it('treats a missing body and a null body alike', () => {
-    expect(fingerprintRequest({ method: 'POST', path: '/', body: undefined })).toBe(
-      fingerprintRequest({ method: 'POST', path: '/', body: null }),
-    );
+    expect(fingerprintRequest(request({ body: undefined }))).toBe(fingerprintRequest(request({ body: null })));
   });
 
+  it('refuses what canonical JSON cannot hold, with a reason', () => {
+    const reasons = [{ text: '\ud800' }, { n: Infinity }, nested(MAX_FINGERPRINT_DEPTH + 1), nested(5_000)].map((body) => {
+      try {
+        fingerprintRequest(request({ body }));
+        return 'accepted';
+      } catch (error) {
+        expect(error).toBeInstanceOf(UnrepresentableInputError);
+        return (error as UnrepresentableInputError).reason;
+      }
+    });
+    expect(reasons[0]).toMatch(/lone surrogate/);
+    expect(reasons[1]).toMatch(/out of range/);
+    expect(reasons[2]).toMatch(/nested deeper than 128/);
+    expect(reasons[3]).toMatch(/nested deeper than 128/);
+    expect(() => fingerprintRequest(request({ body: nested(MAX_FINGERPRINT_DEPTH) }))).not.toThrow();
+  });
+});
+
+describe('fingerprintValue', () => {
   it('fingerprints plain values canonically', () => {
     expect(fingerprintValue({ b: 1, a: 2 })).toBe(fingerprintValue({ a: 2, b: 1 }));
     expect(fingerprintValue({ a: 1 })).not.toBe(fingerprintValue({ a: '1' }));

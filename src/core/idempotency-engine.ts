@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { ClaimRef, IdempotencyStore, PhaseState, StoredResponse } from '../store/idempotency-store.js';
-import { FingerprintMismatchError, KeyInFlightError, LeaseLostError, StoreUnavailableError } from './errors.js';
+import { FingerprintMismatchError, KeyInFlightError, LeaseLostError, StoreUnavailableError, WorkFailure } from './errors.js';
 import { Phases } from './phases.js';
 
 /**
@@ -19,8 +19,12 @@ export interface WorkScope {
   fingerprint: string;
   leaseMs: number;
   ttlMs: number;
-  /** Classifies a failure of the work. */
-  onFailure: (error: unknown) => FailureDecision;
+  /**
+   * Classifies an error thrown by the work (never one of the store's), once
+   * the work's transaction has rolled back. May wait, e.g. for the response
+   * an HTTP exception filter renders.
+   */
+  onFailure: (error: unknown) => FailureDecision | Promise<FailureDecision>;
 }
 
 export interface IdempotentWork<Tx, R> extends WorkScope {
@@ -41,10 +45,21 @@ export type EngineOutcome<R> =
   /** The work failed and the policy stored `response`; `error` is what it threw. */
   | { kind: 'failure-stored'; response: StoredResponse; error: unknown };
 
+/** A claim this attempt holds, and until when (by this process's clock: only for `Retry-After` hints). */
+interface Held {
+  ref: ClaimRef;
+  phases: PhaseState;
+  leaseEndsAt: number;
+}
+
 /**
  * The state table of CONTRACT A3 in one place, with no knowledge of HTTP or
  * Nest: claim (committed alone), run the work and the fenced completion in
  * one transaction, and settle the claim when the work fails.
+ *
+ * Whose failure it is decides the answer. Only the store's own calls (claim,
+ * BEGIN, completion, COMMIT, release) raise `StoreUnavailableError`; an error
+ * the work throws goes to `onFailure` whatever it looks like.
  */
 export class IdempotencyEngine<Tx> {
   constructor(private readonly store: IdempotencyStore<Tx>) {}
@@ -52,18 +67,21 @@ export class IdempotencyEngine<Tx> {
   async execute<R>(work: IdempotentWork<Tx, R>): Promise<EngineOutcome<R>> {
     const claimed = await this.claim(work);
     if (claimed.kind === 'replayed') return claimed;
-    const { ref } = claimed;
+    const held = claimed.held;
+    let started = false;
     try {
       const { response, result } = await this.store.transaction(async (tx) => {
-        const done = await work.run(tx);
+        started = true;
+        const done = await work.run(tx).catch((error: unknown) => Promise.reject(new WorkFailure(error)));
         // Fenced by the owner token inside the same transaction: if another
         // attempt took the key over, throwing here discards the work's writes.
-        if (!(await this.store.complete(ref, done.response, work.ttlMs, tx))) throw new LeaseLostError();
+        if (!(await this.store.complete(held.ref, done.response, work.ttlMs, tx))) throw new LeaseLostError();
         return done;
       });
       return { kind: 'executed', response, result };
     } catch (error) {
-      return this.settleFailure(ref, work, error, false);
+      if (error instanceof WorkFailure) return this.settleFailure(held, work, error.error, false);
+      throw await this.storeFailure(held, error, started ? 'unknown' : 'not-run');
     }
   }
 
@@ -74,24 +92,31 @@ export class IdempotencyEngine<Tx> {
   async executePhased<R>(work: PhasedWork<Tx, R>): Promise<EngineOutcome<R>> {
     const claimed = await this.claim(work);
     if (claimed.kind === 'replayed') return claimed;
-    const { ref, phases: recorded } = claimed;
-    const phases = new Phases(this.store, ref, recorded, work.leaseMs, work.enterPhase);
+    const held = claimed.held;
+    const phases = new Phases(this.store, held.ref, held.phases, work.leaseMs, work.enterPhase);
+    let done: { response: StoredResponse; result: R };
     try {
-      const { response, result } = await work.run(phases);
-      if (!(await this.guard(() => this.store.complete(ref, response, work.ttlMs), 'unknown'))) throw new LeaseLostError();
-      return { kind: 'executed', response, result };
+      done = await work.run(phases);
     } catch (error) {
-      return this.settleFailure(ref, work, error, phases.hasProgress);
+      // Phases report their own store calls' failures as these two; anything else is the work's.
+      if (error instanceof LeaseLostError || error instanceof StoreUnavailableError) throw error;
+      return this.settleFailure(held, work, error, phases.hasProgress);
     }
+    const completed = await this.guard(() => this.store.complete(held.ref, done.response, work.ttlMs), held);
+    if (!completed) throw new LeaseLostError();
+    return { kind: 'executed', ...done };
   }
 
-  private async claim(
-    work: WorkScope,
-  ): Promise<{ kind: 'replayed'; response: StoredResponse } | { kind: 'claimed'; ref: ClaimRef; phases: PhaseState }> {
+  private async claim(work: WorkScope): Promise<{ kind: 'replayed'; response: StoredResponse } | { kind: 'claimed'; held: Held }> {
     const ref: ClaimRef = { tenant: work.tenant, key: work.key, ownerToken: randomUUID() };
-    const claim = await this.guard(() =>
-      this.store.claim({ ...ref, fingerprint: work.fingerprint, leaseMs: work.leaseMs, ttlMs: work.ttlMs }),
-    );
+    const claimedAt = Date.now();
+    let claim;
+    try {
+      claim = await this.store.claim({ ...ref, fingerprint: work.fingerprint, leaseMs: work.leaseMs, ttlMs: work.ttlMs });
+    } catch (error) {
+      if (this.store.isUnavailableError(error)) throw new StoreUnavailableError(error, 'not-run');
+      throw error;
+    }
     switch (claim.state) {
       case 'completed':
         return { kind: 'replayed', response: claim.response };
@@ -100,7 +125,7 @@ export class IdempotencyEngine<Tx> {
       case 'mismatch':
         throw new FingerprintMismatchError();
       case 'claimed':
-        return { kind: 'claimed', ref, phases: claim.phases };
+        return { kind: 'claimed', held: { ref, phases: claim.phases, leaseEndsAt: claimedAt + work.leaseMs } };
     }
   }
 
@@ -108,39 +133,49 @@ export class IdempotencyEngine<Tx> {
    * @param hasProgress phases of this key are committed: releasing the key
    *   would throw their recovery points away, so `release` keeps it instead.
    */
-  private async settleFailure<R>(
-    ref: ClaimRef,
-    work: WorkScope,
-    error: unknown,
-    hasProgress: boolean,
-  ): Promise<EngineOutcome<R>> {
-    if (error instanceof LeaseLostError) throw error;
-    if (this.store.isUnavailableError(error)) {
-      // Whether the commit happened is unknown; the lease decides what a retry sees.
-      throw new StoreUnavailableError(error, 'unknown');
-    }
-    const decision = work.onFailure(error);
+  private async settleFailure<R>(held: Held, work: WorkScope, error: unknown, hasProgress: boolean): Promise<EngineOutcome<R>> {
+    const decision = await work.onFailure(error);
     switch (decision.action) {
       case 'store': {
-        const stored = await this.guard(() => this.store.complete(ref, decision.response, work.ttlMs), 'unknown');
+        const stored = await this.guard(() => this.store.complete(held.ref, decision.response, work.ttlMs), held);
         if (!stored) throw new LeaseLostError();
         return { kind: 'failure-stored', response: decision.response, error };
       }
       case 'release':
-        if (!hasProgress) await this.guard(() => this.store.release(ref), 'unknown');
+        if (!hasProgress) await this.guard(() => this.store.release(held.ref), held);
         throw error;
       case 'keep':
         throw error;
     }
   }
 
-  /** Runs a store step, turning "cannot reach the store" into `StoreUnavailableError` with what it means for the work. */
-  private async guard<T>(step: () => Promise<T>, outcome: 'not-run' | 'unknown' = 'not-run'): Promise<T> {
+  /**
+   * What a failure of the store around the work means. Before the work
+   * started (BEGIN failed) nothing ran: the claim is given back if the store
+   * allows, so a retry need not wait out the lease. After it started, the
+   * completion or COMMIT may or may not have happened, and the lease decides
+   * what a retry finds.
+   */
+  private async storeFailure(held: Held, error: unknown, outcome: 'not-run' | 'unknown'): Promise<unknown> {
+    if (error instanceof LeaseLostError || !this.store.isUnavailableError(error)) return error;
+    if (outcome === 'not-run') {
+      const released = await this.store.release(held.ref).catch(() => false);
+      return new StoreUnavailableError(error, 'not-run', released ? undefined : secondsUntil(held.leaseEndsAt));
+    }
+    return new StoreUnavailableError(error, 'unknown', secondsUntil(held.leaseEndsAt));
+  }
+
+  /** Runs a store call made after the work started, turning "cannot reach the store" into an unknown outcome. */
+  private async guard<T>(step: () => Promise<T>, held: Held): Promise<T> {
     try {
       return await step();
     } catch (error) {
-      if (this.store.isUnavailableError(error)) throw new StoreUnavailableError(error, outcome);
+      if (this.store.isUnavailableError(error)) throw new StoreUnavailableError(error, 'unknown', secondsUntil(held.leaseEndsAt));
       throw error;
     }
   }
+}
+
+function secondsUntil(at: number): number {
+  return Math.max(1, Math.ceil((at - Date.now()) / 1000));
 }

@@ -1,6 +1,6 @@
 import type { ClaimRef, IdempotencyStore, PhaseState } from '../store/idempotency-store.js';
 import { deriveKey, type DeriveKeyOptions } from './derived-keys.js';
-import { LeaseLostError } from './errors.js';
+import { LeaseLostError, StoreUnavailableError, WorkFailure } from './errors.js';
 
 /**
  * Atomic phases with recovery points (after Brandur Leach's design for
@@ -53,18 +53,35 @@ export class Phases<Tx = unknown> {
    * as JSON; both paths return the value as parsed back from it.
    *
    * @throws LeaseLostError another attempt took the key over; this phase's writes were rolled back.
+   * @throws StoreUnavailableError the store failed around the phase (BEGIN, recovery point, COMMIT).
    */
   async run<T>(name: string, fn: (tx: Tx) => T | Promise<T>): Promise<T> {
     if (this.ran.has(name)) throw new Error(`Phase "${name}" ran twice in one attempt: phase names must be unique.`);
     this.ran.add(name);
     if (Object.prototype.hasOwnProperty.call(this.results, name)) return this.results[name] as T;
-    const { next, recorded } = await this.store.transaction(async (tx) => {
-      const value = await this.enter(tx, async () => fn(tx));
-      const result = JSON.parse(JSON.stringify(value ?? null)) as T;
-      const state: PhaseState = { recoveryPoint: name, results: { ...this.results, [name]: result } };
-      if (!(await this.store.recordPhase(this.ref, state, this.leaseMs, tx))) throw new LeaseLostError();
-      return { next: state, recorded: result };
-    });
+    let outcome: { next: PhaseState; recorded: T };
+    try {
+      outcome = await this.store.transaction(async (tx) => {
+        let value: T;
+        try {
+          value = await this.enter(tx, async () => fn(tx));
+        } catch (error) {
+          throw new WorkFailure(error);
+        }
+        const result = JSON.parse(JSON.stringify(value ?? null)) as T;
+        const state: PhaseState = { recoveryPoint: name, results: { ...this.results, [name]: result } };
+        if (!(await this.store.recordPhase(this.ref, state, this.leaseMs, tx))) throw new LeaseLostError();
+        return { next: state, recorded: result };
+      });
+    } catch (error) {
+      // The phase's own error is the handler's; a failure of BEGIN, the recovery point or COMMIT is the store's.
+      if (error instanceof WorkFailure) throw error.error;
+      if (this.store.isUnavailableError(error)) {
+        throw new StoreUnavailableError(error, 'unknown', Math.max(1, Math.ceil(this.leaseMs / 1000)));
+      }
+      throw error;
+    }
+    const { next, recorded } = outcome;
     // Only once committed: if the commit fails, the next attempt runs this phase again.
     this.results = next.results;
     this.recovery = name;

@@ -1,3 +1,18 @@
+/** A table the start-up schema check requires, and what creates it. */
+export interface TableFix {
+  what: 'key' | 'outbox';
+  name: string;
+  /** The migration to run, e.g. `CreateIdempotencyKeys1764460800000` or `createIdempotencyKeysMigration('billing.keys')`. */
+  migration: string;
+  /** The entity for `synchronize: true`, when the table has one. */
+  entity?: string;
+}
+
+const tableFix = (table: TableFix) =>
+  `Run the migration ${table.migration}: add it to your TypeORM \`migrations\` and run them at start-up ` +
+  '(`dataSourceFactory: migratingDataSourceFactory()` in TypeOrmModule.forRootAsync runs them safely on several instances)' +
+  (table.entity ? `, or, without migrations, add ${table.entity} to \`entities\` with \`synchronize: true\`.` : '.');
+
 /** Every message the module produces, in one place. */
 export const messages = {
   config: {
@@ -18,14 +33,15 @@ export const messages = {
     positive: (name: string, value: unknown) =>
       `IdempotencyModule: \`${name}\` must be a positive integer, got ${String(value)}.`,
     duration: (name: string, value: unknown) =>
-      `${name} must be a positive whole number of milliseconds or a duration string such as '30s' or '24h', got ${JSON.stringify(value)}.`,
-    leaseVsTtl: (where: string, lease: number, ttl: number) =>
-      `${where}: the lease (${lease} ms) must be shorter than the TTL (${ttl} ms), or a key could expire while its request still runs.`,
+      `${name} must be a positive whole number of milliseconds or a duration string with its unit such as '30s', '500ms' or '24h', got ${JSON.stringify(value)}.`,
     boolean: (name: string) => `${name} must be true or false.`,
     dutyCycle: (value: unknown) =>
       `IdempotencyModule: \`sweep.dutyCycle\` must be a number greater than 0 and at most 1 (the share of a run spent deleting), got ${JSON.stringify(value)}.`,
     policy: (name: string, value: unknown) => `${name} must be 'store', 'release' or 'keep', got ${JSON.stringify(value)}.`,
     fingerprint: (where: string) => `${where}: \`fingerprint\` must be a function (context) => value.`,
+    routes: (problems: string[]) =>
+      `IdempotencyModule: ${problems.length === 1 ? 'a route is' : `${problems.length} routes are`} misconfigured:\n` +
+      problems.map((p) => `  - ${p}`).join('\n'),
     unreplayableRoute: (route: string, why: string) =>
       `@Idempotent() route ${route} cannot be replayed: ${why}. Return a value (object, string or Buffer) instead, ` +
       'or use @Res({ passthrough: true }).',
@@ -33,6 +49,19 @@ export const messages = {
       'IdempotencyModule: the sweeper (or the outbox relay) is scheduled but @nestjs/schedule is not set up. Install ' +
       '@nestjs/schedule and import ScheduleModule.forRoot() in your app, or pass `sweep: false` (and no `outbox.relay`) ' +
       'and call IdempotencyService.sweep() / OutboxRelay.relayOnce() yourself.',
+    deliveryTimeout: (deliveryMs: number, lockMs: number) =>
+      `IdempotencyModule: \`outbox.relay.deliveryTimeout\` (${deliveryMs} ms) must be shorter than \`outbox.relay.lockTimeout\` ` +
+      `(${lockMs} ms), so a delivery that times out is settled before its lock lets another relay deliver the message again. ` +
+      'Lower deliveryTimeout or raise lockTimeout.',
+    tableMissing: (table: TableFix, searched: string) =>
+      `IdempotencyModule: the ${table.what} table "${table.name}" does not exist (looked for it in ${searched}). ${tableFix(table)}`,
+    tableColumnsMissing: (table: TableFix, missing: readonly string[]) =>
+      `IdempotencyModule: the ${table.what} table "${table.name}" lacks the column${missing.length > 1 ? 's' : ''} ` +
+      `${missing.join(', ')}, which this version of the module uses. ${tableFix(table)} If the table exists already ` +
+      '(made by hand or by an older version), add the missing columns with a migration of your own (see Schema in the README).',
+    migrationsNeedOptions:
+      'migratingDataSourceFactory(): TypeOrmModule passed no data source options. Use it inside ' +
+      'TypeOrmModule.forRootAsync({ useFactory: () => ({ ...options }), dataSourceFactory: migratingDataSourceFactory() }).',
   },
   problems: {
     missingKey: (header: string) => `This endpoint requires an ${header} header.`,
@@ -49,6 +78,10 @@ export const messages = {
       'Retry with the same idempotency key: the retry either replays the result or runs the request once.',
     tenantUnresolved: 'The server could not determine the tenant of this request.',
     unreplayable: 'The server cannot store the response of this endpoint.',
+    storeFailed:
+      'The idempotency store failed to record the outcome of this request, so it was rolled back. Retry with the same key.',
+    unrepresentableBody: (reason: string) =>
+      `The request cannot be checked against its idempotency key: ${reason}. Nothing was processed; fix the body and retry.`,
   },
   log: {
     tenantUnresolved: (route: string) =>
@@ -57,6 +90,26 @@ export const messages = {
     tenantFailed: (route: string) =>
       `The tenant resolver threw for ${route}. The request was refused (500) rather than run in a shared scope.`,
     unavailable: (route: string) => `The idempotency store could not be reached for ${route}; answered 503.`,
+    storeFailed: (route: string) =>
+      `The idempotency store failed for ${route} after the handler succeeded; the request was rolled back and answered 500.`,
     leaseLost: (route: string, key: string) => `Lease on key ${key} was lost for ${route}; the attempt was rolled back.`,
+  },
+  /** The outbox relay's errors and logs; they name a message by id and topic, never by payload. */
+  outbox: {
+    duplicateHandler: (topic: string) => `OutboxRelay: a handler for "${topic}" is already registered.`,
+    noHandler: (topic: string) => `No outbox handler is registered for topic "${topic}".`,
+    deliveryTimedOut: (ms: number) =>
+      `The handler did not settle within deliveryTimeout (${ms} ms); its AbortSignal was aborted and the delivery counted as failed.`,
+    relayed: (r: { claimed: number; delivered: number; retried: number; deadLettered: number; unsettled: number }) =>
+      `Relayed ${r.claimed} outbox messages: ${r.delivered} delivered, ${r.retried} to retry, ${r.deadLettered} dead-lettered` +
+      (r.unsettled > 0 ? `, ${r.unsettled} delivered but not yet marked delivered.` : '.'),
+    deadLettered: (id: string, topic: string, attempts: number, reason: string) =>
+      `Outbox message ${id} (${topic}) dead-lettered after ${attempts} attempts: ${reason}`,
+    unsettled: (id: string, topic: string, reason: string) =>
+      `Outbox message ${id} (${topic}) was delivered, but marking it delivered failed: ${reason}. It does not count as a ` +
+      'failed attempt: this relay marks it on a later round, or, if its lock expires first, another relay delivers it again.',
+    failureUnrecorded: (id: string, topic: string, reason: string) =>
+      `Outbox message ${id} (${topic}) failed, and recording the failure failed too: ${reason}. It is retried once its lock expires.`,
+    roundFailed: (reason: string) => `Relay round failed: ${reason}`,
   },
 } as const;

@@ -1,5 +1,6 @@
 import { HttpException, HttpStatus } from '@nestjs/common';
 import type { KeyRejection } from '../core/key.js';
+import type { StoredResponse } from '../store/idempotency-store.js';
 import { messages } from './messages.js';
 
 /** Base of the stable problem type URIs (RFC 9457 `type`); documented in the README. */
@@ -14,6 +15,8 @@ export const ProblemType = {
   unavailable: `${PROBLEM_TYPE_BASE}store-unavailable`,
   tenantUnresolved: `${PROBLEM_TYPE_BASE}tenant-unresolved`,
   unreplayable: `${PROBLEM_TYPE_BASE}unreplayable-response`,
+  unrepresentableBody: `${PROBLEM_TYPE_BASE}unrepresentable-body`,
+  storeFailed: `${PROBLEM_TYPE_BASE}store-error`,
 } as const;
 
 export interface ProblemDetails {
@@ -24,6 +27,17 @@ export interface ProblemDetails {
 }
 
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
+
+/**
+ * The bytes of a problem answer as the module sends them, whatever exception
+ * filter the application has: clients and proxies rely on its `type` and
+ * `Retry-After`, so its shape is the module's, not the app's.
+ */
+export function problemResponse(exception: IdempotencyProblemException): StoredResponse {
+  const headers: Array<[string, string]> = [['content-type', PROBLEM_CONTENT_TYPE]];
+  if (exception.retryAfterSeconds !== undefined) headers.push(['retry-after', String(exception.retryAfterSeconds)]);
+  return { status: exception.problem.status, headers, body: Buffer.from(JSON.stringify(exception.problem), 'utf8') };
+}
 
 /**
  * An error response the module produces itself. Its body is an RFC 9457
@@ -92,6 +106,19 @@ export const problems = {
         HttpStatus.INTERNAL_SERVER_ERROR,
         messages.problems.tenantUnresolved,
       ),
+    ),
+  unrepresentableBody: (reason: string) =>
+    new IdempotencyProblemException(
+      problem(
+        ProblemType.unrepresentableBody,
+        'Request cannot be fingerprinted',
+        HttpStatus.BAD_REQUEST,
+        messages.problems.unrepresentableBody(reason),
+      ),
+    ),
+  storeFailed: () =>
+    new IdempotencyProblemException(
+      problem(ProblemType.storeFailed, 'Idempotency store error', HttpStatus.INTERNAL_SERVER_ERROR, messages.problems.storeFailed),
     ),
   unreplayable: (cause: unknown) =>
     new IdempotencyProblemException(

@@ -1,0 +1,55 @@
+import type { ServerResponse } from 'node:http';
+import type { FingerprintInput } from '../core/fingerprint.js';
+
+/**
+ * The parts of an Express request or a Fastify request the module reads.
+ * Both platforms parse `params`, `query` and `body` before interceptors run.
+ */
+export interface HttpRequest {
+  method: string;
+  body?: unknown;
+  params?: Record<string, unknown>;
+  query?: unknown;
+  rawHeaders?: string[];
+  raw?: { rawHeaders?: string[] };
+  /** Express: the route that matched. */
+  route?: { path?: unknown };
+  /** Fastify: the route that matched. */
+  routeOptions?: { url?: unknown };
+}
+
+/** Every occurrence of the header, so a header sent twice is not silently joined into one value. */
+export function headerValues(request: HttpRequest, header: string): string[] {
+  const raw = request.rawHeaders ?? request.raw?.rawHeaders ?? [];
+  const wanted = header.toLowerCase();
+  const values: string[] = [];
+  for (let i = 0; i < raw.length; i += 2) {
+    if (raw[i].toLowerCase() === wanted) values.push(raw[i + 1]);
+  }
+  return values;
+}
+
+/**
+ * What identifies the request for its fingerprint (CONTRACT A2.4): the route
+ * that matched (its pattern, not the target as the client spelled it, so an
+ * absolute-form target, a trailing `?`, or a trailing slash or letter case
+ * the router ignores change nothing), its parameters, the parsed query and
+ * the parsed body. `routeName` stands in for the pattern where the platform
+ * does not expose one.
+ */
+export function fingerprintInput(request: HttpRequest, routeName: string): FingerprintInput {
+  const pattern = request.routeOptions?.url ?? request.route?.path;
+  return {
+    method: request.method,
+    route: typeof pattern === 'string' ? pattern : routeName,
+    params: { ...(request.params ?? {}) },
+    query: request.query ?? {},
+    body: request.body,
+  };
+}
+
+/** Node's response under the platform's: Express's response is one, Fastify's reply wraps one in `raw`. */
+export function serverResponse(response: unknown): ServerResponse {
+  const raw = (response as { raw?: ServerResponse }).raw;
+  return raw && typeof raw.setHeader === 'function' ? raw : (response as ServerResponse);
+}

@@ -1,0 +1,98 @@
+import { Inject, Injectable, type OnModuleInit, type Type } from '@nestjs/common';
+import { PATH_METADATA, RESPONSE_PASSTHROUGH_METADATA, ROUTE_ARGS_METADATA, SSE_METADATA } from '@nestjs/common/constants.js';
+import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
+import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
+import { IdempotencyConfigurationError } from '../errors/configuration.error.js';
+import { messages } from '../errors/messages.js';
+import { IDEMPOTENCY_OPTIONS, IDEMPOTENT_METADATA, SKIP_IDEMPOTENCY_METADATA } from '../idempotency.constants.js';
+import {
+  resolveRouteOptions,
+  type IdempotencyRouteOptions,
+  type ResolvedIdempotencyOptions,
+  type ResolvedRouteOptions,
+} from '../idempotency.options.js';
+
+/** An idempotent route: its name for messages, and its options filled from the module's. */
+export interface RouteSettings {
+  name: string;
+  options: ResolvedRouteOptions;
+}
+
+type Handler = (...args: unknown[]) => unknown;
+
+/**
+ * The settings of every idempotent route, worked out once at start-up by a
+ * pass over the app's controllers, so a bad `@Idempotent({...})` stops the
+ * app instead of failing its first request.
+ *
+ * Settings are keyed by controller class and handler: a handler inherited by
+ * two controllers is two routes, and one of them may skip idempotency.
+ */
+@Injectable()
+export class IdempotentRoutes implements OnModuleInit {
+  private readonly byClass = new WeakMap<Type, Map<Handler, RouteSettings | null>>();
+
+  constructor(
+    private readonly reflector: Reflector,
+    private readonly discovery: DiscoveryService,
+    private readonly scanner: MetadataScanner,
+    @Inject(IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
+  ) {}
+
+  onModuleInit(): void {
+    const problems: string[] = [];
+    for (const wrapper of this.discovery.getControllers()) {
+      const controller = wrapper.metatype as Type | undefined;
+      if (!controller?.prototype) continue;
+      for (const name of this.scanner.getAllMethodNames(controller.prototype)) {
+        const handler = (controller.prototype as Record<string, unknown>)[name];
+        if (typeof handler !== 'function' || !Reflect.hasMetadata(PATH_METADATA, handler)) continue;
+        try {
+          this.get(controller, handler as Handler);
+        } catch (error) {
+          if (!(error instanceof IdempotencyConfigurationError)) throw error;
+          problems.push(error.message);
+        }
+      }
+    }
+    if (problems.length > 0) throw new IdempotencyConfigurationError(messages.config.routes(problems));
+  }
+
+  /** The route's settings, or `null` when idempotency is off for it. */
+  get(controller: Type, handler: Handler): RouteSettings | null {
+    let routes = this.byClass.get(controller);
+    if (!routes) this.byClass.set(controller, (routes = new Map()));
+    let settings = routes.get(handler);
+    if (settings === undefined) {
+      settings = this.resolve(controller, handler);
+      routes.set(handler, settings);
+    }
+    return settings;
+  }
+
+  private resolve(controller: Type, handler: Handler): RouteSettings | null {
+    const targets = [handler, controller];
+    const skipped = this.reflector.getAllAndOverride<boolean | undefined>(SKIP_IDEMPOTENCY_METADATA, targets);
+    const raw = this.reflector.getAllAndOverride<IdempotencyRouteOptions | undefined>(IDEMPOTENT_METADATA, targets);
+    if (skipped || !raw) return null;
+    const name = `${controller.name}.${handler.name}`;
+    const unreplayable = unreplayableReason(controller, handler);
+    if (unreplayable) throw new IdempotencyConfigurationError(messages.config.unreplayableRoute(name, unreplayable));
+    return { name, options: resolveRouteOptions(raw, this.options, `@Idempotent() on ${name}`) };
+  }
+}
+
+/** Why a route can never be replayed: it does not hand its response to Nest to send. */
+function unreplayableReason(controller: Type, handler: Handler): string | undefined {
+  if (Reflect.getMetadata(SSE_METADATA, handler)) return 'it is a server-sent events stream';
+  // The same test Nest applies to decide that the handler sends the response itself.
+  const args = (Reflect.getMetadata(ROUTE_ARGS_METADATA, controller, handler.name) ?? {}) as Record<string, unknown>;
+  const writesItself = Object.keys(args).some((key) => {
+    const type = Number(key.split(':')[0]);
+    return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT;
+  });
+  if (writesItself && !Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, controller, handler.name)) {
+    return 'it writes the response itself through @Res() or @Next()';
+  }
+  return undefined;
+}

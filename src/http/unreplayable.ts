@@ -1,0 +1,22 @@
+import { StreamableFile } from '@nestjs/common';
+
+/** Thrown when a handler returns a value that cannot be stored as bytes (a stream, an async iterable). */
+export class UnreplayableResponseError extends Error {
+  constructor(what: string) {
+    super(`The handler returned ${what}, which cannot be stored and replayed.`);
+    this.name = 'UnreplayableResponseError';
+  }
+}
+
+/** What kind of unstorable value `value` is, or undefined when it can be stored once sent. */
+export function describeUnreplayable(value: unknown): string | undefined {
+  if (value instanceof StreamableFile) return 'a StreamableFile';
+  if (typeof Response !== 'undefined' && value instanceof Response) return 'a web Response';
+  if (typeof ReadableStream !== 'undefined' && value instanceof ReadableStream) return 'a ReadableStream';
+  if (typeof value === 'object' && value !== null) {
+    if (typeof (value as { pipe?: unknown }).pipe === 'function') return 'a stream';
+    if (Symbol.asyncIterator in value) return 'an async iterable';
+  }
+  if (typeof value === 'function') return 'a function';
+  return undefined;
+}
