@@ -32,7 +32,7 @@ export class AppModule {
           dataSourceFactory: async (options) => {
             const dataSource = await new DataSource(options!).initialize();
             try {
-              const applied = await runMigrationsSerialised(dataSource, config.databaseSchema);
+              const applied = await runMigrationsSerialised(dataSource);
               if (applied.length > 0) new Logger('Migrations').log(`Applied ${applied.join(', ')}.`);
             } catch (error) {
               await dataSource.destroy();

@@ -31,6 +31,7 @@ export {
 } from './store/idempotency-store.js';
 export { PostgresIdempotencyStore } from './store/postgres-idempotency.store.js';
 export { createIdempotencyKeysMigration, CreateIdempotencyKeys1764460800000 } from './store/idempotency-keys.migration.js';
+export { migratingDataSourceFactory, runMigrationsWithLock, type RunMigrationsOptions } from './store/run-migrations.js';
 export { createIdempotencyKeyEntity, IdempotencyKeyEntity } from './store/idempotency-key.entity.js';
 export { IdempotencySweeper, type SweepReport } from './sweeper/idempotency.sweeper.js';
 export { TransactionHost } from './transaction/transaction-host.js';
