@@ -1,13 +1,20 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { randomUUID } from 'node:crypto';
+import { messages } from '../errors/messages.js';
 import { IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { scheduleInterval } from '../sweeper/scheduler-registry.js';
 import { Outbox } from './outbox.js';
 import type { OutboxMessage } from './outbox.store.js';
 
-export type OutboxHandler<P = any> = (message: OutboxMessage<P>) => Promise<void> | void;
+/**
+ * Delivers one message. The signal is aborted when the delivery runs past
+ * `outbox.relay.deliveryTimeout`: pass it on (`fetch(url, { signal })`) so the
+ * work stops. A handler that ignores it cannot be cancelled: it runs on, but
+ * its outcome is ignored and the delivery has already counted as failed.
+ */
+export type OutboxHandler<P = any> = (message: OutboxMessage<P>, signal: AbortSignal) => Promise<void> | void;
 
 /** What one relay round did. */
 export interface RelayReport {
@@ -17,22 +24,48 @@ export interface RelayReport {
   deadLettered: number;
   /** Settlements refused because the message's lock had expired and another relay took it. */
   lostLocks: number;
+  /** Deliveries that did not settle within `deliveryTimeout` (also counted as retried or dead-lettered). */
+  timedOut: number;
+  /** Deliveries that succeeded but could not be marked delivered (a database error); marked on a later round. */
+  unsettled: number;
 }
+
+type DeliveryFailure = { reason: string; timedOut: boolean };
+
+const emptyReport = (): RelayReport => ({
+  claimed: 0,
+  delivered: 0,
+  retried: 0,
+  deadLettered: 0,
+  lostLocks: 0,
+  timedOut: 0,
+  unsettled: 0,
+});
+
+const reasonOf = (error: unknown) => (error instanceof Error ? error.message : String(error));
 
 /**
  * Delivers outbox messages at least once: claims due messages with
  * `FOR UPDATE SKIP LOCKED` (several relays in parallel never claim the same
  * one), calls the handler registered for the topic, and marks the message
  * delivered, or schedules a retry with exponential backoff and jitter, or
- * dead-letters it after `maxAttempts`. A handler may see a message more than
- * once (a relay that dies after delivering, a lock that times out), so
- * handlers must tolerate duplicates, e.g. by passing `message.id` on as an
- * idempotency key.
+ * dead-letters it after `maxAttempts`. A delivery that runs past
+ * `deliveryTimeout` counts as failed, so one hung handler delays neither the
+ * rest of its round, nor later rounds, nor shutdown. A handler may see a
+ * message more than once (a relay that dies after delivering, a lock that
+ * times out, a timed-out handler that did finish), so handlers must tolerate
+ * duplicates, e.g. by passing `message.id` on as an idempotency key.
  */
 @Injectable()
 export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdown {
   private readonly logger = new Logger('OutboxRelay');
   private readonly handlers = new Map<string, OutboxHandler>();
+  /**
+   * Messages this process delivered but could not mark delivered, by id, with
+   * the lock token of that delivery. The token fences the late mark: once
+   * another relay has claimed the message again, it is refused.
+   */
+  private readonly unsettled = new Map<string, string>();
   private running?: Promise<RelayReport>;
   private stopSchedule?: () => void;
 
@@ -44,7 +77,7 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
 
   /** Registers the handler of `topic` (one per topic), e.g. in your service's `onModuleInit`. */
   handle<P = any>(topic: string, handler: OutboxHandler<P>): this {
-    if (this.handlers.has(topic)) throw new Error(`OutboxRelay: a handler for "${topic}" is already registered.`);
+    if (this.handlers.has(topic)) throw new Error(messages.outbox.duplicateHandler(topic));
     this.handlers.set(topic, handler as OutboxHandler);
     return this;
   }
@@ -54,10 +87,11 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
     if (!outbox.scheduled) return;
     const name = `nest-idempotency:outbox:${outbox.tableName}`;
     this.stopSchedule = await scheduleInterval(this.moduleRef, name, outbox.intervalMs, () => {
-      this.relayOnce().catch((error: unknown) => this.logger.warn(`Relay round failed: ${String(error)}`));
+      this.relayOnce().catch((error: unknown) => this.logger.warn(messages.outbox.roundFailed(reasonOf(error))));
     });
   }
 
+  /** Stops the schedule and waits for the round in progress, which ends within about `deliveryTimeout`. */
   onApplicationShutdown(): Promise<unknown> | void {
     this.stopSchedule?.();
     return this.running?.catch(() => undefined);
@@ -71,7 +105,7 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
 
   /** Rounds until no message is due, or `maxRounds` is reached; for tests and scripts. */
   async drain(maxRounds = 100): Promise<RelayReport> {
-    const total: RelayReport = { claimed: 0, delivered: 0, retried: 0, deadLettered: 0, lostLocks: 0 };
+    const total = emptyReport();
     for (let i = 0; i < maxRounds; i++) {
       const report = await this.relayOnce();
       for (const k of Object.keys(total) as Array<keyof RelayReport>) total[k] += report[k];
@@ -82,45 +116,98 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
 
   private async round(): Promise<RelayReport> {
     const o = this.options.outbox;
-    const report: RelayReport = { claimed: 0, delivered: 0, retried: 0, deadLettered: 0, lostLocks: 0 };
-    const { lockToken, messages } = await this.outbox.store.claim(o.batchSize, o.lockMs, randomUUID());
-    report.claimed = messages.length;
-    const queue = [...messages];
+    const report = emptyReport();
+    await this.settleEarlierDeliveries(report);
+    const { lockToken, messages: batch } = await this.outbox.store.claim(o.batchSize, o.lockMs, randomUUID());
+    report.claimed = batch.length;
+    const queue = [...batch];
     const worker = async () => {
       for (let message = queue.shift(); message; message = queue.shift()) await this.deliver(message, lockToken, report);
     };
     await Promise.all(Array.from({ length: Math.min(o.concurrency, queue.length) }, worker));
-    if (report.claimed > 0) {
-      this.logger.log(
-        `Relayed ${report.claimed} outbox messages: ${report.delivered} delivered, ${report.retried} to retry, ${report.deadLettered} dead-lettered.`,
-      );
-    }
+    if (report.claimed > 0) this.logger.log(messages.outbox.relayed(report));
     return report;
   }
 
+  /** Marks the messages whose earlier "delivered" mark failed; stops at the first database error, to retry next round. */
+  private async settleEarlierDeliveries(report: RelayReport): Promise<void> {
+    for (const [id, lockToken] of [...this.unsettled]) {
+      let settled: boolean;
+      try {
+        settled = await this.outbox.store.markDelivered(id, lockToken);
+      } catch {
+        return;
+      }
+      this.unsettled.delete(id);
+      if (settled) report.delivered++;
+      else report.lostLocks++;
+    }
+  }
+
+  /** Never throws: every outcome is recorded on the message or in the report, so one failure cannot end a round early. */
   private async deliver(message: OutboxMessage, lockToken: string, report: RelayReport): Promise<void> {
-    const o = this.options.outbox;
+    // Claimed again after its "delivered" mark failed: the handler already succeeded, so only the mark is left.
+    if (!this.unsettled.delete(message.id)) {
+      const failure = await this.attempt(message);
+      if (failure) return this.recordFailure(message, lockToken, failure, report);
+    }
     let settled: boolean;
     try {
-      const handler = this.handlers.get(message.topic);
-      if (!handler) throw new Error(`No outbox handler is registered for topic "${message.topic}".`);
-      await handler(message);
       settled = await this.outbox.store.markDelivered(message.id, lockToken);
-      if (settled) report.delivered++;
     } catch (error) {
-      const reason = error instanceof Error ? error.message : String(error);
-      const dead = message.attempt >= o.maxAttempts;
-      const base = Math.min(o.maxBackoffMs, o.initialBackoffMs * 2 ** (message.attempt - 1));
-      // Jitter spreads retries of messages that failed together (a provider outage).
-      const retryIn = Math.round(base / 2 + Math.random() * (base / 2));
-      settled = await this.outbox.store.markFailed(message.id, lockToken, reason.slice(0, 2000), dead ? null : retryIn);
-      if (settled && dead) report.deadLettered++;
-      else if (settled) report.retried++;
-      if (dead)
-        this.logger.warn(
-          `Outbox message ${message.id} (${message.topic}) dead-lettered after ${message.attempt} attempts: ${reason}`,
-        );
+      // Not a failed attempt: the message was delivered. It must not move toward dead-lettering for this.
+      this.unsettled.set(message.id, lockToken);
+      report.unsettled++;
+      this.logger.warn(messages.outbox.unsettled(message.id, message.topic, reasonOf(error)));
+      return;
+    }
+    if (settled) report.delivered++;
+    else report.lostLocks++;
+  }
+
+  /** Runs the handler within `deliveryTimeout`; returns why it failed, or nothing when it succeeded in time. */
+  private async attempt(message: OutboxMessage): Promise<DeliveryFailure | undefined> {
+    const handler = this.handlers.get(message.topic);
+    if (!handler) return { reason: messages.outbox.noHandler(message.topic), timedOut: false };
+    const timeoutMs = this.options.outbox.deliveryTimeoutMs;
+    const controller = new AbortController();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timedOut = new Promise<'timed-out'>((resolve) => (timer = setTimeout(() => resolve('timed-out'), timeoutMs)));
+    const delivery = (async () => handler(message, controller.signal))();
+    try {
+      if ((await Promise.race([delivery.then(() => 'delivered' as const), timedOut])) === 'delivered') return undefined;
+      const reason = messages.outbox.deliveryTimedOut(timeoutMs);
+      controller.abort(new DOMException(reason, 'TimeoutError'));
+      // The handler's promise cannot be cancelled. Whatever it settles to later is ignored: this relay never
+      // settles the message for it, so a late success cannot mark a message another relay has claimed since.
+      delivery.catch(() => undefined);
+      return { reason, timedOut: true };
+    } catch (error) {
+      return { reason: reasonOf(error), timedOut: false };
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private async recordFailure(message: OutboxMessage, lockToken: string, failure: DeliveryFailure, report: RelayReport) {
+    const o = this.options.outbox;
+    const dead = message.attempt >= o.maxAttempts;
+    const base = Math.min(o.maxBackoffMs, o.initialBackoffMs * 2 ** (message.attempt - 1));
+    // Jitter spreads retries of messages that failed together (a provider outage).
+    const retryIn = Math.round(base / 2 + Math.random() * (base / 2));
+    if (failure.timedOut) report.timedOut++;
+    let settled: boolean;
+    try {
+      settled = await this.outbox.store.markFailed(message.id, lockToken, failure.reason.slice(0, 2000), dead ? null : retryIn);
+    } catch (error) {
+      // The attempt was counted when the message was claimed; it is retried once its lock expires.
+      this.logger.warn(messages.outbox.failureUnrecorded(message.id, message.topic, reasonOf(error)));
+      return;
     }
     if (!settled) report.lostLocks++;
+    else if (dead) {
+      report.deadLettered++;
+      this.logger.warn(messages.outbox.deadLettered(message.id, message.topic, message.attempt, failure.reason));
+    } else report.retried++;
   }
 }
