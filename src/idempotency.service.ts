@@ -126,7 +126,10 @@ export class IdempotencyService {
     context.scope = { tenant: work.tenant, key: work.key };
     return this.engine.execute({
       ...work,
-      run: (manager) => idempotencyContext.run(Object.assign(context, { manager, transactional: true }), () => work.run(manager)),
+      run: (manager, claim) => {
+        context.scope = { tenant: work.tenant, key: work.key, generation: claim.generation };
+        return idempotencyContext.run(Object.assign(context, { manager, transactional: true }), () => work.run(manager, claim));
+      },
     });
   }
 
@@ -138,9 +141,10 @@ export class IdempotencyService {
     context.scope = { tenant: work.tenant, key: work.key };
     return this.engine.executePhased({
       ...work,
-      run: (phases) => {
+      run: (phases, claim) => {
         context.phases = phases;
-        return idempotencyContext.run(context, () => work.run(phases));
+        context.scope = { tenant: work.tenant, key: work.key, generation: claim.generation };
+        return idempotencyContext.run(context, () => work.run(phases, claim));
       },
       enterPhase: (manager, fn) => idempotencyContext.run({ ...context, manager, transactional: true }, fn),
     });

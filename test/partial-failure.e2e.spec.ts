@@ -222,18 +222,29 @@ describe('partial failure: phases, derived keys and the outbox', () => {
     expect(await effects(label)).toBe(1);
   });
 
-  it('DownstreamKeys derives the same key inside every attempt of an execution', async () => {
+  it('DownstreamKeys: the same key for every attempt of one use of a key (takeovers too), a new one once it expired', async () => {
+    const key = `derive-${fresh()}`;
+    const input = { tenant: 't', key, payload: 1 };
     const seen: string[] = [];
-    for (let i = 0; i < 2; i++) {
-      await service
-        .execute({ tenant: 't', key: 'derive-me', payload: 1, onError: 'release' }, () => {
-          seen.push(keys.derive('charge'));
-          throw new Error('retry me');
-        })
-        .catch(() => undefined);
-    }
-    expect(seen).toHaveLength(2);
-    expect(seen[0]).toBe(seen[1]);
+    const lapse = (column: 'lease_expires_at' | 'expires_at') =>
+      db.query(`UPDATE idempotency_keys SET ${column} = now() - interval '1 second' WHERE key = $1`, [key]);
+    // Attempt 1 fails with its outcome unknown (onError 'keep'); attempt 2 takes the key over once the lease lapsed.
+    await expect(
+      service.execute(input, () => {
+        seen.push(keys.derive('charge'));
+        throw new Error('provider timed out');
+      }),
+    ).rejects.toThrow('provider timed out');
+    await lapse('lease_expires_at');
+    await service.execute(input, () => seen.push(keys.derive('charge')));
+    expect(seen[1]).toBe(seen[0]);
+    // The key is reused for new work after it expired (swept or not): a provider must not see a retry of the old charge.
+    await lapse('expires_at');
+    await service.execute(input, () => seen.push(keys.derive('charge')));
+    expect(seen[2]).not.toBe(seen[0]);
+    await db.query('DELETE FROM idempotency_keys WHERE key = $1', [key]);
+    await service.execute(input, () => seen.push(keys.derive('charge')));
+    expect(new Set(seen).size).toBe(3);
     expect(() => keys.derive('charge')).toThrow(/outside an idempotent request/);
   });
 

@@ -17,6 +17,14 @@ describe('deriveKey', () => {
     expect(deriveKey({ tenant: 'ab', key: 'c' }, 'p')).not.toBe(deriveKey({ tenant: 'a', key: 'bc' }, 'p'));
   });
 
+  it('differs by generation (one use of a key), and with a generation never equals the key without one', () => {
+    const scope = { tenant: 'acme', key: 'order-1' };
+    const first = deriveKey({ ...scope, generation: 'g1' }, 'charge');
+    expect(deriveKey({ ...scope, generation: 'g1' }, 'charge')).toBe(first);
+    expect(deriveKey({ ...scope, generation: 'g2' }, 'charge')).not.toBe(first);
+    expect(deriveKey(scope, 'charge')).not.toBe(first);
+  });
+
   it('fits the downstream limit and keeps at least 128 bits', () => {
     for (const maxLength of [22, 32, 64, 255]) {
       const derived = deriveKey(scope, 'a-rather-long-purpose-name', { maxLength });

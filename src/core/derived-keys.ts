@@ -13,6 +13,19 @@ export interface DeriveKeyOptions {
 
 const MIN_LENGTH = 22;
 
+/** What a derived key hangs off: the request's key in its tenant, and which use of that key this is. */
+export interface DerivationScope {
+  tenant: string;
+  key: string;
+  /**
+   * The claim's generation (`DownstreamKeys` and `Phases` fill it in): stable
+   * across retries and takeovers of one request, new when the key is reused
+   * after it expired, so a provider never mistakes new work for a retry of
+   * old work under the same key.
+   */
+  generation?: string;
+}
+
 /**
  * A key for one downstream call made on behalf of an idempotent request:
  * the same for every retry of the request, on any process, different per
@@ -24,16 +37,19 @@ const MIN_LENGTH = 22;
  * provider.charge({ amount }, { idempotencyKey: deriveKey(scope, 'charge', { maxLength: 64 }) });
  * ```
  */
-export function deriveKey(scope: { tenant: string; key: string }, purpose: string, options: DeriveKeyOptions = {}): string {
+export function deriveKey(scope: DerivationScope, purpose: string, options: DeriveKeyOptions = {}): string {
   const maxLength = options.maxLength ?? 64;
   if (!Number.isInteger(maxLength) || maxLength < MIN_LENGTH) {
     throw new RangeError(`deriveKey: maxLength must be an integer of at least ${MIN_LENGTH}, got ${maxLength}.`);
   }
   if (purpose === '') throw new RangeError('deriveKey: purpose must not be empty.');
   // Length-prefixed fields, so ('a:b', 'c') and ('a', 'b:c') can never collide.
-  const material = [scope.tenant, scope.key, purpose].map((part) => `${Buffer.byteLength(part)}:${part}`).join('|');
+  const parts = scope.generation === undefined ? [scope.tenant, scope.key, purpose] : [scope.tenant, scope.key, scope.generation, purpose];
+  const material = parts.map((part) => `${Buffer.byteLength(part)}:${part}`).join('|');
+  // Distinct tags, so material with a generation can never equal material without one.
+  const version = scope.generation === undefined ? 'v1' : 'v2';
   const digest = (options.secret === undefined ? createHash('sha256') : createHmac('sha256', options.secret))
-    .update(`nest-idempotency/derived/v1|${material}`)
+    .update(`nest-idempotency/derived/${version}|${material}`)
     .digest('base64url');
   const label = slug(purpose);
   const withLabel = `${label}_${digest}`;

@@ -27,14 +27,22 @@ export interface WorkScope {
   onFailure: (error: unknown) => FailureDecision | Promise<FailureDecision>;
 }
 
+/** The claim an execution holds while its work runs. */
+export interface ClaimInfo {
+  /** 1 for a fresh claim, then one more for each takeover. */
+  attempt: number;
+  /** The same for every attempt of one use of the key, new once it expired: derived downstream keys hang off it. */
+  generation: string;
+}
+
 export interface IdempotentWork<Tx, R> extends WorkScope {
   /** Runs inside the business transaction; `response` is stored in that same transaction. */
-  run: (tx: Tx) => Promise<{ response: StoredResponse; result: R }>;
+  run: (tx: Tx, claim: ClaimInfo) => Promise<{ response: StoredResponse; result: R }>;
 }
 
 export interface PhasedWork<Tx, R> extends WorkScope {
   /** Runs with no surrounding transaction: each phase opens its own. `response` is stored once it returns. */
-  run: (phases: Phases<Tx>) => Promise<{ response: StoredResponse; result: R }>;
+  run: (phases: Phases<Tx>, claim: ClaimInfo) => Promise<{ response: StoredResponse; result: R }>;
   /** Wraps each phase's work, e.g. to expose its transaction through AsyncLocalStorage. */
   enterPhase?: <T>(tx: Tx, fn: () => Promise<T>) => Promise<T>;
 }
@@ -48,6 +56,7 @@ export type EngineOutcome<R> =
 /** A claim this attempt holds, and until when (by this process's clock: only for `Retry-After` hints). */
 interface Held {
   ref: ClaimRef;
+  claim: ClaimInfo;
   phases: PhaseState;
   leaseEndsAt: number;
 }
@@ -72,7 +81,7 @@ export class IdempotencyEngine<Tx> {
     try {
       const { response, result } = await this.store.transaction(async (tx) => {
         started = true;
-        const done = await work.run(tx).catch((error: unknown) => Promise.reject(new WorkFailure(error)));
+        const done = await work.run(tx, held.claim).catch((error: unknown) => Promise.reject(new WorkFailure(error)));
         // Fenced by the owner token inside the same transaction: if another
         // attempt took the key over, throwing here discards the work's writes.
         if (!(await this.store.complete(held.ref, done.response, work.ttlMs, tx))) throw new LeaseLostError();
@@ -93,10 +102,10 @@ export class IdempotencyEngine<Tx> {
     const claimed = await this.claim(work);
     if (claimed.kind === 'replayed') return claimed;
     const held = claimed.held;
-    const phases = new Phases(this.store, held.ref, held.phases, work.leaseMs, work.enterPhase);
+    const phases = new Phases(this.store, held.ref, held.claim.generation, held.phases, work.leaseMs, work.enterPhase);
     let done: { response: StoredResponse; result: R };
     try {
-      done = await work.run(phases);
+      done = await work.run(phases, held.claim);
     } catch (error) {
       // Phases report their own store calls' failures as these two; anything else is the work's.
       if (error instanceof LeaseLostError || error instanceof StoreUnavailableError) throw error;
@@ -125,7 +134,15 @@ export class IdempotencyEngine<Tx> {
       case 'mismatch':
         throw new FingerprintMismatchError();
       case 'claimed':
-        return { kind: 'claimed', held: { ref, phases: claim.phases, leaseEndsAt: claimedAt + work.leaseMs } };
+        return {
+          kind: 'claimed',
+          held: {
+            ref,
+            claim: { attempt: claim.attempt, generation: claim.generation },
+            phases: claim.phases,
+            leaseEndsAt: claimedAt + work.leaseMs,
+          },
+        };
     }
   }
 

@@ -27,6 +27,7 @@ export class Phases<Tx = unknown> {
   constructor(
     private readonly store: IdempotencyStore<Tx>,
     private readonly ref: ClaimRef,
+    private readonly generation: string,
     initial: PhaseState,
     private readonly leaseMs: number,
     private readonly enter: <T>(tx: Tx, fn: () => Promise<T>) => Promise<T> = (_tx, fn) => fn(),
@@ -91,6 +92,6 @@ export class Phases<Tx = unknown> {
 
   /** A key for a downstream call, stable across every attempt of this request (see `deriveKey`). */
   key(purpose: string, options?: DeriveKeyOptions): string {
-    return deriveKey(this.ref, purpose, options);
+    return deriveKey({ tenant: this.ref.tenant, key: this.ref.key, generation: this.generation }, purpose, options);
   }
 }

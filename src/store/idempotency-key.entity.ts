@@ -8,6 +8,8 @@ export interface IdempotencyKeyRecord {
   fingerprint: string;
   status: 'in_flight' | 'completed';
   ownerToken: string;
+  /** Names one use of the key: kept by takeovers, new once it expired (derived downstream keys hang off it). */
+  generation: string | null;
   attempt: number;
   leaseExpiresAt: Date;
   expiresAt: Date;
@@ -38,6 +40,7 @@ export function createIdempotencyKeyEntity(tableName: string = DEFAULT_TABLE_NAM
       fingerprint: { type: 'text' },
       status: { type: 'text' },
       ownerToken: { name: 'owner_token', type: 'uuid' },
+      generation: { type: 'uuid', nullable: true },
       attempt: { type: 'integer', default: 1 },
       leaseExpiresAt: { name: 'lease_expires_at', type: 'timestamptz' },
       expiresAt: { name: 'expires_at', type: 'timestamptz' },

@@ -33,8 +33,12 @@ export interface PhaseState {
 }
 
 export type ClaimResult =
-  /** `phases` carries what a predecessor recorded when this claim took the key over. */
-  | { state: 'claimed'; attempt: number; phases: PhaseState }
+  /**
+   * `phases` carries what a predecessor recorded when this claim took the key
+   * over. `generation` names this use of the key: kept by a takeover, new
+   * when the key was absent or expired (it feeds derived downstream keys).
+   */
+  | { state: 'claimed'; attempt: number; generation: string; phases: PhaseState }
   | { state: 'in-flight'; retryAfterSeconds: number }
   | { state: 'completed'; response: StoredResponse }
   | { state: 'mismatch' };

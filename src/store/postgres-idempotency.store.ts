@@ -16,6 +16,7 @@ import { quoteTableName } from './sql.js';
 interface ClaimRow {
   state: 'claimed' | 'in_flight' | 'completed' | 'mismatch' | 'retry';
   attempt: number;
+  generation: string | null;
   retry_after: number | null;
   response_status: number | null;
   response_headers: Array<[string, string]> | null;
@@ -107,8 +108,8 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       ),
       claimed AS (
         INSERT INTO ${t} AS k
-          (tenant_id, key, fingerprint, status, owner_token, attempt, lease_expires_at, expires_at, created_at)
-        SELECT $1::text, $2::text, $3::text, 'in_flight', $4::uuid, 1,
+          (tenant_id, key, fingerprint, status, owner_token, generation, attempt, lease_expires_at, expires_at, created_at)
+        SELECT $1::text, $2::text, $3::text, 'in_flight', $4::uuid, $4::uuid, 1,
                now() + interval '1 millisecond' * $5::float8,
                now() + interval '1 millisecond' * $6::float8, now()
          WHERE NOT EXISTS (
@@ -120,6 +121,9 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
           status = 'in_flight',
           owner_token = EXCLUDED.owner_token,
           attempt = CASE WHEN k.expires_at <= now() THEN 1 ELSE k.attempt + 1 END,
+          -- Downstream keys derive from the generation: the same for a takeover (it finishes the same
+          -- work), new for a key reused after it expired (new work).
+          generation = CASE WHEN k.expires_at <= now() THEN EXCLUDED.generation ELSE COALESCE(k.generation, EXCLUDED.generation) END,
           lease_expires_at = EXCLUDED.lease_expires_at,
           expires_at = EXCLUDED.expires_at,
           created_at = now(),
@@ -132,9 +136,9 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
           phase_results = CASE WHEN k.expires_at <= now() THEN NULL ELSE k.phase_results END
         WHERE NOT (k.status = 'in_flight' AND k.lease_expires_at > now())
           AND (k.expires_at <= now() OR (k.status = 'in_flight' AND k.fingerprint = EXCLUDED.fingerprint))
-        RETURNING k.attempt, k.recovery_point, k.phase_results
+        RETURNING k.attempt, k.generation, k.recovery_point, k.phase_results
       )
-      SELECT 'claimed' AS state, attempt, NULL::int AS retry_after,
+      SELECT 'claimed' AS state, attempt, generation::text AS generation, NULL::int AS retry_after,
              NULL::int AS response_status, NULL::jsonb AS response_headers, NULL::bytea AS response_body,
              recovery_point, phase_results
         FROM claimed
@@ -148,6 +152,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
                ELSE 'retry'
              END,
              e.attempt,
+             NULL::text,
              GREATEST(1, CEIL(EXTRACT(EPOCH FROM (e.lease_expires_at - now()))))::int,
              e.response_status,
              CASE WHEN e.fingerprint = $3 AND e.status = 'completed' THEN e.response_headers END,
@@ -194,6 +199,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
           return {
             state: 'claimed',
             attempt: row.attempt,
+            generation: row.generation ?? request.ownerToken,
             phases: { recoveryPoint: row.recovery_point, results: row.phase_results ? JSON.parse(row.phase_results) : {} },
           };
         case 'in_flight':

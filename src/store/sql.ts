@@ -7,6 +7,47 @@ export function quoteTableName(name: string): string {
 }
 
 /**
+ * Every column of the key table the module reads or writes, as `createTableStatements`
+ * creates them; the start-up schema check requires each one. A column added to the
+ * DDL is added here too (one line): a test compares this list with the table the DDL
+ * creates.
+ */
+export const KEY_TABLE_COLUMNS: readonly string[] = [
+  'tenant_id',
+  'key',
+  'fingerprint',
+  'status',
+  'owner_token',
+  'generation',
+  'attempt',
+  'lease_expires_at',
+  'expires_at',
+  'created_at',
+  'completed_at',
+  'response_status',
+  'response_headers',
+  'response_body',
+  'recovery_point',
+  'phase_results',
+];
+
+/** Every column of the outbox table, as `createOutboxStatements` creates them (same rule as `KEY_TABLE_COLUMNS`). */
+export const OUTBOX_TABLE_COLUMNS: readonly string[] = [
+  'id',
+  'tenant_id',
+  'topic',
+  'payload',
+  'status',
+  'attempts',
+  'available_at',
+  'locked_until',
+  'lock_token',
+  'last_error',
+  'created_at',
+  'delivered_at',
+];
+
+/**
  * The row-level DDL of the key table, shared by the migration and the
  * documentation so they cannot drift. `expires_at` carries the sweeper's index.
  */
@@ -21,6 +62,7 @@ export function createTableStatements(tableName: string): string[] {
       fingerprint text NOT NULL,
       status text NOT NULL CHECK (status IN ('in_flight', 'completed')),
       owner_token uuid NOT NULL,
+      generation uuid,
       attempt integer NOT NULL DEFAULT 1,
       lease_expires_at timestamptz NOT NULL,
       expires_at timestamptz NOT NULL,

@@ -14,8 +14,8 @@ export interface IdempotencyExecutionContext {
    * released rather than stored.
    */
   handlerStarted: boolean;
-  /** The key being executed, for keys derived from it; absent on routes run without a key. */
-  scope?: { tenant: string; key: string };
+  /** The key being executed and its claim's generation, for keys derived from it; absent on routes run without a key. */
+  scope?: { tenant: string; key: string; generation?: string };
   /** The phases of a phased execution (`@Idempotent({ phases: true })`). */
   phases?: Phases<EntityManager>;
 }
