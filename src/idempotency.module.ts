@@ -22,6 +22,7 @@ import {
 import { IdempotencyService } from './idempotency.service.js';
 import { IdempotencyStore } from './store/idempotency-store.js';
 import { PostgresIdempotencyStore } from './store/postgres-idempotency.store.js';
+import { IdempotencySchemaCheck } from './store/schema-check.js';
 import { installRedactingLogger, QUERY_LOG_REDACTION } from './store/redacting-logger.js';
 import { IdempotencySweeper } from './sweeper/idempotency.sweeper.js';
 import { Outbox } from './outbox/outbox.js';
@@ -85,6 +86,7 @@ export class IdempotencyModule extends ConfigurableModuleClass {
       IdempotentRoutes,
       IdempotencyInterceptor,
       IdempotencySweeper,
+      IdempotencySchemaCheck,
     ];
     return {
       ...definition,

@@ -174,6 +174,7 @@ describe('module configuration errors surface at start-up', () => {
 
   it('an enabled sweeper without ScheduleModule says to import it or pass sweep: false', async () => {
     const schema = await freshSchema('config_schedule');
+    await createTables(schema);
     @Module({ imports: [trackedTypeOrm(schema), IdempotencyModule.forRoot({ tenant: () => 't' })] })
     class NoSchedule {}
     await expect(NestFactory.createApplicationContext(NoSchedule, { logger: false, abortOnError: false })).rejects.toThrow(

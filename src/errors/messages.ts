@@ -57,8 +57,10 @@ export const messages = {
       `IdempotencyModule: the ${table.what} table "${table.name}" does not exist (looked for it in ${searched}). ${tableFix(table)}`,
     tableColumnsMissing: (table: TableFix, missing: readonly string[]) =>
       `IdempotencyModule: the ${table.what} table "${table.name}" lacks the column${missing.length > 1 ? 's' : ''} ` +
-      `${missing.join(', ')}, which this version of the module uses. ${tableFix(table)} If the table exists already ` +
-      '(made by hand or by an older version), add the missing columns with a migration of your own (see Schema in the README).',
+      `${missing.join(', ')}, which this version of the module uses. The module's migrations create them: check that ` +
+      `${table.migration} and the module's later migrations, if any, are in your \`migrations\` and have run. A table made ` +
+      'by hand or by an older version needs the columns added by a migration of your own (types under Schema in the README)' +
+      (table.entity ? `; without migrations, \`synchronize: true\` with ${table.entity} adds them.` : '.'),
     migrationsNeedOptions:
       'migratingDataSourceFactory(): TypeOrmModule passed no data source options. Use it inside ' +
       'TypeOrmModule.forRootAsync({ useFactory: () => ({ ...options }), dataSourceFactory: migratingDataSourceFactory() }).',

@@ -1,0 +1,105 @@
+import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
+import type { DataSource } from 'typeorm';
+import { IdempotencyConfigurationError } from '../errors/configuration.error.js';
+import { messages, type TableFix } from '../errors/messages.js';
+import {
+  DEFAULT_OUTBOX_TABLE_NAME,
+  DEFAULT_TABLE_NAME,
+  IDEMPOTENCY_DATA_SOURCE,
+  IDEMPOTENCY_OPTIONS,
+} from '../idempotency.constants.js';
+import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
+import { IdempotencyStore } from './idempotency-store.js';
+import { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
+import { KEY_TABLE_COLUMNS, OUTBOX_TABLE_COLUMNS, quoteTableName } from './sql.js';
+
+/** A table the module needs, with the columns it must have and what creates it. */
+export interface RequiredTable extends TableFix {
+  columns: readonly string[];
+}
+
+/**
+ * Looks the table up as the store's SQL names it (quoted, so case is kept; an
+ * unqualified name resolves through `search_path`), and lists its live columns.
+ */
+const INSPECT_SQL = `SELECT to_regclass($1) IS NOT NULL AS found,
+  array_to_string(current_schemas(false), ', ') AS searched,
+  ARRAY(SELECT attname::text FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped) AS columns`;
+
+/**
+ * Checks that each table exists with every column listed, on the data
+ * source's own connections (so with its `search_path`).
+ *
+ * @returns one message per table that is missing or lacks columns, saying which migration creates it
+ */
+export async function findSchemaProblems(dataSource: DataSource, tables: readonly RequiredTable[]): Promise<string[]> {
+  const problems: string[] = [];
+  for (const table of tables) {
+    const [row] = (await dataSource.query(INSPECT_SQL, [quoteTableName(table.name)])) as Array<{
+      found: boolean;
+      searched: string;
+      columns: string[];
+    }>;
+    const searched = table.name.includes('.') ? `schema "${table.name.split('.')[0]}"` : `search_path "${row.searched}"`;
+    if (!row.found) {
+      problems.push(messages.config.tableMissing(table, searched));
+      continue;
+    }
+    const present = new Set(row.columns);
+    const missing = table.columns.filter((column) => !present.has(column));
+    if (missing.length > 0) problems.push(messages.config.tableColumnsMissing(table, missing));
+  }
+  return problems;
+}
+
+/** The key table under `tableName`, as the module's migration and entity create it. */
+export function keyTable(tableName: string): RequiredTable {
+  const isDefault = tableName === DEFAULT_TABLE_NAME;
+  return {
+    what: 'key',
+    name: tableName,
+    columns: KEY_TABLE_COLUMNS,
+    migration: isDefault ? 'CreateIdempotencyKeys1764460800000' : `createIdempotencyKeysMigration('${tableName}')`,
+    entity: isDefault ? 'IdempotencyKeyEntity' : `createIdempotencyKeyEntity('${tableName}')`,
+  };
+}
+
+/** The outbox table under `tableName`, as the module's outbox migration creates it. */
+export function outboxTable(tableName: string): RequiredTable {
+  return {
+    what: 'outbox',
+    name: tableName,
+    columns: OUTBOX_TABLE_COLUMNS,
+    migration:
+      tableName === DEFAULT_OUTBOX_TABLE_NAME ? 'CreateOutboxMessages1764547200000' : `createOutboxMigration('${tableName}')`,
+  };
+}
+
+/**
+ * Stops the app at start-up when a table the module needs is missing or lacks
+ * columns, with a message naming the migration to run, instead of a 500 on
+ * the first request. Runs in `onModuleInit`: after the data source is
+ * initialised (with `migrationsRun`, or `migratingDataSourceFactory`, its
+ * migrations have run by then) and before any `onApplicationBootstrap` starts
+ * the sweeper or the relay. The key table is checked only for the module's
+ * own `PostgresIdempotencyStore` (a store you bring keeps its data elsewhere);
+ * the outbox table only when the `outbox` option is given.
+ */
+@Injectable()
+export class IdempotencySchemaCheck implements OnModuleInit {
+  constructor(
+    @Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: DataSource,
+    @Inject(IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
+    private readonly store: IdempotencyStore,
+  ) {}
+
+  async onModuleInit(): Promise<void> {
+    // With `manualInitialization` the app connects later, itself; there is nothing to look at yet.
+    if (!this.dataSource.isInitialized) return;
+    const tables: RequiredTable[] = [];
+    if (this.store instanceof PostgresIdempotencyStore) tables.push(keyTable(this.options.tableName));
+    if (this.options.outbox.configured) tables.push(outboxTable(this.options.outbox.tableName));
+    const problems = await findSchemaProblems(this.dataSource, tables);
+    if (problems.length > 0) throw new IdempotencyConfigurationError(problems.join('\n'));
+  }
+}

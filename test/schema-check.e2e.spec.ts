@@ -1,0 +1,233 @@
+import { afterAll, describe, expect, it } from '@jest/globals';
+import { Module, type INestApplicationContext } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { TypeOrmModule, type TypeOrmModuleOptions } from '@nestjs/typeorm';
+import { DataSource, type DataSourceOptions } from 'typeorm';
+import {
+  CreateIdempotencyKeys1764460800000,
+  CreateOutboxMessages1764547200000,
+  IdempotencyConfigurationError,
+  IdempotencyKeyEntity,
+  IdempotencyModule,
+  IdempotencyService,
+  IdempotencyStore,
+  migratingDataSourceFactory,
+  type IdempotencyModuleExtras,
+  type IdempotencyModuleOptions,
+} from '../src/index.js';
+import { createOutboxStatements, createTableStatements, KEY_TABLE_COLUMNS, OUTBOX_TABLE_COLUMNS } from '../src/store/sql.js';
+import { createOutboxTable, createTables, dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
+
+async function sql(schema: string, ...statements: string[]): Promise<Array<Record<string, unknown>>> {
+  const client = await sqlClient(schema);
+  try {
+    let rows: Array<Record<string, unknown>> = [];
+    for (const statement of statements) rows = (await client.query(statement)).rows;
+    return rows;
+  } finally {
+    await client.end();
+  }
+}
+
+/** The live columns of `table` in `schema`, in table order. */
+async function columnsOf(schema: string, table: string): Promise<string[]> {
+  const rows = await sql(
+    schema,
+    `SELECT attname FROM pg_attribute WHERE attrelid = '"${table}"'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
+  );
+  return rows.map((row) => row.attname as string);
+}
+
+describe('the expected columns', () => {
+  it('are the key table columns the DDL creates, in order', async () => {
+    const schema = await freshSchema('expected_key_columns');
+    await sql(schema, ...createTableStatements('idempotency_keys'));
+    expect(await columnsOf(schema, 'idempotency_keys')).toEqual(KEY_TABLE_COLUMNS);
+  });
+
+  it('are the outbox table columns the DDL creates, in order', async () => {
+    const schema = await freshSchema('expected_outbox_columns');
+    await sql(schema, ...createOutboxStatements('outbox_messages'));
+    expect(await columnsOf(schema, 'outbox_messages')).toEqual(OUTBOX_TABLE_COLUMNS);
+  });
+
+  it('are the columns of the synchronize entity', () => {
+    const columns = Object.entries(IdempotencyKeyEntity.options.columns).map(([property, column]) => column?.name ?? property);
+    expect(columns).toEqual(KEY_TABLE_COLUMNS);
+  });
+});
+
+describe('start-up schema check', () => {
+  // A bootstrap that fails leaves no app to close, so the data sources it opened are closed here.
+  const opened: DataSource[] = [];
+  const tracked =
+    (factory: (options?: DataSourceOptions) => Promise<DataSource> = (options) => new DataSource(options!).initialize()) =>
+    async (options?: DataSourceOptions) => {
+      const dataSource = await factory(options);
+      opened.push(dataSource);
+      return dataSource;
+    };
+  afterAll(async () => {
+    await Promise.all(opened.filter((d) => d.isInitialized).map((d) => d.destroy()));
+  });
+
+  async function boot(
+    schema: string,
+    options: Partial<IdempotencyModuleOptions> & IdempotencyModuleExtras = {},
+    typeorm: Partial<DataSourceOptions> = {},
+    factory?: (options?: DataSourceOptions) => Promise<DataSource>,
+  ): Promise<INestApplicationContext> {
+    @Module({
+      imports: [
+        TypeOrmModule.forRootAsync({
+          useFactory: () => ({ ...dataSourceOptions(schema), ...typeorm, retryAttempts: 0 }) as TypeOrmModuleOptions,
+          dataSourceFactory: tracked(factory),
+        }),
+        IdempotencyModule.forRoot({ tenant: () => 't', sweep: false, ...options }),
+      ],
+    })
+    class App {}
+    return NestFactory.createApplicationContext(App, { logger: false, abortOnError: false });
+  }
+
+  /** The configuration error a start-up fails with. */
+  async function startupError(...args: Parameters<typeof boot>): Promise<IdempotencyConfigurationError> {
+    const error = await boot(...args).then(
+      async (app) => {
+        await app.close();
+        throw new Error('the app started');
+      },
+      (error: unknown) => error,
+    );
+    expect(error).toBeInstanceOf(IdempotencyConfigurationError);
+    return error as IdempotencyConfigurationError;
+  }
+
+  async function bootsAndWorks(...args: Parameters<typeof boot>): Promise<void> {
+    const app = await boot(...args);
+    try {
+      const service = app.get(IdempotencyService);
+      expect(await service.execute({ tenant: 't', key: 'k', payload: 1 }, () => 'once')).toBe('once');
+      expect(await service.execute({ tenant: 't', key: 'k', payload: 1 }, () => 'twice')).toBe('once');
+    } finally {
+      await app.close();
+    }
+  }
+
+  it('a missing key table stops the app, naming the table, where it looked, the migration and the entity', async () => {
+    const schema = await freshSchema('check_no_key_table');
+    const error = await startupError(schema);
+    expect(error.message).toContain('the key table "idempotency_keys" does not exist');
+    expect(error.message).toContain(`search_path "${schema}"`);
+    expect(error.message).toContain('Run the migration CreateIdempotencyKeys1764460800000');
+    expect(error.message).toContain('migratingDataSourceFactory()');
+    expect(error.message).toContain('add IdempotencyKeyEntity to `entities` with `synchronize: true`');
+  });
+
+  it('a key table that lacks columns stops the app, naming the columns', async () => {
+    const schema = await freshSchema('check_key_columns');
+    await createTables(schema);
+    await sql(schema, 'ALTER TABLE idempotency_keys DROP COLUMN recovery_point, DROP COLUMN phase_results');
+    const error = await startupError(schema);
+    expect(error.message).toContain('the key table "idempotency_keys" lacks the columns recovery_point, phase_results');
+    expect(error.message).not.toContain('does not exist');
+    expect(error.message).toContain('CreateIdempotencyKeys1764460800000');
+    expect(error.message).toContain('`synchronize: true` with IdempotencyKeyEntity adds them');
+  });
+
+  it('a custom, schema-qualified table name is looked up in its schema, and the message names its own migration', async () => {
+    const schema = await freshSchema('check_qualified');
+    const elsewhere = await freshSchema('check_qualified_elsewhere');
+    const tableName = `${elsewhere}.payment_keys`;
+    const error = await startupError(schema, { tableName });
+    expect(error.message).toContain(`the key table "${tableName}" does not exist (looked for it in schema "${elsewhere}")`);
+    expect(error.message).toContain(`createIdempotencyKeysMigration('${tableName}')`);
+    expect(error.message).toContain(`createIdempotencyKeyEntity('${tableName}')`);
+    // Off the search_path, but qualified: found, and used.
+    await sql(schema, ...createTableStatements(tableName));
+    await bootsAndWorks(schema, { tableName });
+  });
+
+  it('resolves the name as the store quotes it: a table that differs in letter case is not the key table', async () => {
+    const schema = await freshSchema('check_case');
+    await sql(schema, ...createTableStatements('paymentkeys'));
+    const error = await startupError(schema, { tableName: 'PaymentKeys' });
+    expect(error.message).toContain('the key table "PaymentKeys" does not exist');
+    await sql(schema, ...createTableStatements('PaymentKeys'));
+    await bootsAndWorks(schema, { tableName: 'PaymentKeys' });
+  });
+
+  it('with the outbox option, a missing outbox table stops the app, naming its migration', async () => {
+    const schema = await freshSchema('check_no_outbox');
+    await createTables(schema);
+    const error = await startupError(schema, { outbox: {} });
+    expect(error.message).toContain('the outbox table "outbox_messages" does not exist');
+    expect(error.message).toContain('Run the migration CreateOutboxMessages1764547200000');
+    const custom = await startupError(schema, { outbox: { tableName: 'my_outbox' } });
+    expect(custom.message).toContain(`createOutboxMigration('my_outbox')`);
+    // Without the option the outbox is not in use, and its table is not required.
+    await bootsAndWorks(schema);
+  });
+
+  it('an outbox table that lacks columns stops the app, naming the columns', async () => {
+    const schema = await freshSchema('check_outbox_columns');
+    await createTables(schema);
+    await createOutboxTable(schema);
+    await sql(schema, 'ALTER TABLE outbox_messages DROP COLUMN lock_token');
+    const error = await startupError(schema, { outbox: { relay: false } });
+    expect(error.message).toContain('the outbox table "outbox_messages" lacks the column lock_token');
+  });
+
+  it('reports every missing table at once', async () => {
+    const schema = await freshSchema('check_both_missing');
+    const error = await startupError(schema, { outbox: {} });
+    expect(error.message).toContain('"idempotency_keys" does not exist');
+    expect(error.message).toContain('"outbox_messages" does not exist');
+  });
+
+  it('a store of your own needs no key table', async () => {
+    const schema = await freshSchema('check_own_store');
+    const unused = () => Promise.reject(new Error('unused'));
+    // Keeps its keys somewhere else entirely.
+    class NoTableStore extends IdempotencyStore {
+      claim = unused;
+      transaction = unused;
+      complete = unused;
+      recordPhase = unused;
+      release = unused;
+      sweep = unused;
+      isUnavailableError = () => false;
+    }
+    const app = await boot(schema, { store: NoTableStore });
+    expect(app.get(IdempotencyStore)).toBeInstanceOf(NoTableStore);
+    await app.close();
+  });
+
+  it('a complete schema boots, with the outbox', async () => {
+    const schema = await freshSchema('check_complete');
+    await createTables(schema);
+    await createOutboxTable(schema);
+    await bootsAndWorks(schema, { outbox: { relay: false } });
+  });
+
+  it('runs after the migrations of migrationsRun: true', async () => {
+    const schema = await freshSchema('check_migrations_run');
+    await bootsAndWorks(
+      schema,
+      { outbox: {} },
+      { migrations: [CreateIdempotencyKeys1764460800000, CreateOutboxMessages1764547200000], migrationsRun: true },
+    );
+  });
+
+  it('runs after the migrations of migratingDataSourceFactory (the Quick start shape)', async () => {
+    const schema = await freshSchema('check_migrating_factory');
+    await bootsAndWorks(
+      schema,
+      { outbox: {} },
+      { migrations: [CreateIdempotencyKeys1764460800000, CreateOutboxMessages1764547200000] },
+      migratingDataSourceFactory(),
+    );
+    const recorded = await sql(schema, 'SELECT name FROM migrations ORDER BY id');
+    expect(recorded.map((row) => row.name)).toEqual(['CreateIdempotencyKeys1764460800000', 'CreateOutboxMessages1764547200000']);
+  });
+});
