@@ -163,14 +163,16 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     this.completeSql = `${sqlMarker('complete')}
       UPDATE ${t}
          SET status = 'completed', response_status = $4, response_headers = $5::jsonb, response_body = $6,
-             completed_at = now(), expires_at = now() + interval '1 millisecond' * $7::float8
+             completed_at = clock_timestamp(), expires_at = clock_timestamp() + interval '1 millisecond' * $7::float8
        WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'`;
     // Fenced like the completion; also renews the lease, so a handler that keeps
-    // making progress keeps its key.
+    // making progress keeps its key. Both run inside the work's transaction,
+    // whose now() is when it began: the clock counts from the write instead.
+    // (Still the database's clock, as CONTRACT A3.7 asks.)
     this.recordPhaseSql = `${sqlMarker('record-phase')}
       UPDATE ${t}
          SET recovery_point = $4, phase_results = $5,
-             lease_expires_at = now() + interval '1 millisecond' * $6::float8
+             lease_expires_at = clock_timestamp() + interval '1 millisecond' * $6::float8
        WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'`;
     this.releaseSql = `${sqlMarker('release')}
       DELETE FROM ${t} WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'`;
@@ -221,8 +223,32 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     return { state: 'in-flight', retryAfterSeconds: 1 };
   }
 
-  transaction<T>(work: (tx: EntityManager) => Promise<T>): Promise<T> {
-    return this.dataSource.transaction(work);
+  /**
+   * Like `DataSource.transaction`, except for what a failed ROLLBACK means.
+   * TypeORM swallows it; here, when the work failed and the ROLLBACK cannot
+   * reach the server, it is the ROLLBACK's error that is thrown: the
+   * transaction's own connection died, which is the store's failure (a 503,
+   * outcome unknown), not the work's, whatever the work then threw.
+   */
+  async transaction<T>(work: (tx: EntityManager) => Promise<T>): Promise<T> {
+    const runner = this.dataSource.createQueryRunner();
+    try {
+      await runner.startTransaction();
+      const result = await work(runner.manager);
+      await runner.commitTransaction();
+      return result;
+    } catch (error) {
+      if (runner.isTransactionActive || runner.isReleased) {
+        try {
+          await runner.rollbackTransaction();
+        } catch (rollbackError) {
+          if (this.isUnavailableError(rollbackError)) throw rollbackError;
+        }
+      }
+      throw error;
+    } finally {
+      if (!runner.isReleased) await runner.release();
+    }
   }
 
   async complete(ref: ClaimRef, response: StoredResponse, ttlMs: number, tx?: EntityManager): Promise<boolean> {
