@@ -229,13 +229,18 @@ export class ActivitySampler {
   private async sample(): Promise<void> {
     while (this.running) {
       const { rows } = await this.client.query<{ query: string; wait: string | null }>(
-        `SELECT left(btrim(query, E' \\n\\t\\r'), 20) AS query, wait_event_type || ':' || wait_event AS wait
+        `SELECT left(btrim(query, E' \\n\\t\\r'), 40) AS query, wait_event_type || ':' || wait_event AS wait
            FROM pg_stat_activity
           WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'active'`,
       );
       this.samples++;
       for (const { query, wait } of rows) {
-        const statement = query.startsWith('WITH claimed') ? 'claim' : query.startsWith('WITH doomed') ? 'sweep' : undefined;
+        // The module's statements open with a marker comment that names them, whatever their SQL.
+        const statement = query.startsWith('/* nest-idempotency:claim */')
+          ? 'claim'
+          : query.startsWith('/* nest-idempotency:sweep-batch */')
+            ? 'sweep'
+            : undefined;
         if (!statement || !wait) continue;
         const key = `${statement}: ${wait}`;
         this.waits.set(key, (this.waits.get(key) ?? 0) + 1);
