@@ -1,5 +1,5 @@
-import { Logger, Module, ValidationPipe, type DynamicModule } from '@nestjs/common';
-import { APP_GUARD, APP_PIPE } from '@nestjs/core';
+import { ClassSerializerInterceptor, Logger, Module, ValidationPipe, type DynamicModule } from '@nestjs/common';
+import { APP_GUARD, APP_INTERCEPTOR, APP_PIPE } from '@nestjs/core';
 import { ScheduleModule } from '@nestjs/schedule';
 import { TerminusModule } from '@nestjs/terminus';
 import { TypeOrmModule } from '@nestjs/typeorm';
@@ -14,6 +14,7 @@ import { runMigrationsSerialised } from './database/migrate.js';
 import { faultInjectionProviders } from './faults/fault-injection.interceptor.js';
 import { HealthController } from './health/health.controller.js';
 import { OrdersModule } from './orders/orders.module.js';
+import { FakePaymentProviderModule } from './provider/fake-payment-provider.module.js';
 
 export type AppModuleConfig = SampleConfig & { databaseUrl: string };
 
@@ -54,7 +55,8 @@ export class AppModule {
         }),
         TerminusModule,
         ChargesModule,
-        OrdersModule,
+        OrdersModule.register({ paymentProvider: { url: config.paymentProviderUrl, apiKey: config.paymentProviderKey } }),
+        FakePaymentProviderModule.register({ apiKey: config.paymentProviderKey }),
       ],
       controllers: [HealthController],
       providers: [
@@ -65,6 +67,9 @@ export class AppModule {
           // A rejected body answers 400 before the handler starts, so the module releases the key.
           useValue: new ValidationPipe({ whitelist: true, forbidNonWhitelisted: true, transform: true }),
         },
+        // As in most Nest apps: responses are class instances whose @Exclude()d fields (a charge's riskScore) never
+        // leave. The idempotency module stores what this produces, so a replay leaves them out too.
+        { provide: APP_INTERCEPTOR, useClass: ClassSerializerInterceptor },
         // Test-only crash hook for the reliability suite; registers nothing unless SAMPLE_FAULT_INJECTION=1.
         ...faultInjectionProviders(),
       ],

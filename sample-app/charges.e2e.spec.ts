@@ -11,6 +11,8 @@ import { createSampleApp } from './create-app.js';
 const ADAPTERS: HttpAdapterName[] = ['express', 'fastify'];
 const KEY_A = 'demo-key-tenant-a';
 const KEY_B = 'demo-key-tenant-b';
+/** What Nest's exception layer answers for an error that is not an `HttpException`. */
+const NEST_INTERNAL_ERROR = { statusCode: 500, message: 'Internal server error' };
 
 interface RunningApp {
   app: INestApplication;
@@ -18,8 +20,13 @@ interface RunningApp {
 }
 
 /** Boots the sample app as `main.ts` would, from environment-style config, on a free loopback port. */
-async function startSampleApp(adapter: HttpAdapterName, schema: string, url = databaseUrl()): Promise<RunningApp> {
-  const config = loadConfig({ HTTP_ADAPTER: adapter, DATABASE_URL: url });
+async function startSampleApp(
+  adapter: HttpAdapterName,
+  schema: string,
+  url = databaseUrl(),
+  env: Record<string, string> = {},
+): Promise<RunningApp> {
+  const config = loadConfig({ HTTP_ADAPTER: adapter, DATABASE_URL: url, ...env });
   const app = await createSampleApp({ ...config, databaseUrl: url, databaseSchema: schema, logger: false });
   await app.listen(0, '127.0.0.1');
   return { app, url: await app.getUrl() };
@@ -168,6 +175,52 @@ describe.each(ADAPTERS)('sample payments API over %s', (adapter) => {
     expect(await chargeRows(body.customer)).toHaveLength(1);
   });
 
+  it('keeps the internal riskScore in the charges table, out of every response and out of the stored response', async () => {
+    const body = charge({ amount: 2500 });
+    const key = unique('key');
+    const created = await postCharge(body, key);
+    expect(created.status).toBe(201);
+    expect(created.json()).not.toHaveProperty('riskScore');
+    expect(created.text()).not.toMatch(/risk/i);
+    // The fraud screen's score for 2500 (see risk-score.ts): in the row, as the entity has it.
+    const [row] = await chargeRows(body.customer);
+    expect(row.risk_score).toBe(42);
+
+    const replay = await postCharge(body, key);
+    expect(replay.status).toBe(201);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(Buffer.compare(replay.body, created.body)).toBe(0);
+    const [stored] = (await db.query('SELECT response_body FROM idempotency_keys WHERE key = $1', [key])).rows;
+    const storedBody = (stored.response_body as Buffer).toString('utf8');
+    expect(storedBody).not.toMatch(/risk/i);
+    expect(JSON.parse(storedBody)).toEqual(created.json());
+
+    const fetched = await get(`/charges/${created.json().id}`);
+    expect(fetched.status).toBe(200);
+    expect(fetched.json()).toEqual(created.json());
+    const list = await get('/charges');
+    expect(list.status).toBe(200);
+    expect(list.text()).not.toMatch(/risk/i);
+    expect((list.json().data as Array<{ id: string }>).map((c) => c.id)).toContain(created.json().id);
+  });
+
+  it.each([
+    ['a NUL', '/charges/ch_%00'],
+    ['a NUL after a well-formed id', `/charges/ch_${'a'.repeat(24)}%00`],
+    ['a NUL alone', '/charges/%00'],
+    ['another control character', `/charges/ch_${'a'.repeat(23)}%01`],
+    ['no ch_ prefix', '/charges/not-a-charge-id'],
+    ['the prefix and too few digits', '/charges/ch_abc'],
+    ['upper-case hex', `/charges/ch_${'A'.repeat(24)}`],
+    ['a non-ASCII character', `/charges/ch_${'a'.repeat(23)}%C3%A9`],
+    // Longer ones never reach the route on Fastify: a 414 for a parameter over its maxParamLength (100).
+    ['too many digits', `/charges/ch_${'a'.repeat(60)}`],
+  ])('GET /charges/:id with %s (an id that cannot exist) answers 404, never 500', async (_case, path) => {
+    const res = await get(path);
+    expect(res.status).toBe(404);
+    expect(res.json()).toEqual({ statusCode: 404, message: 'No such charge.', error: 'Not Found' });
+  });
+
   it('a declined card answers 402, is stored and replayed, and leaves no charge row', async () => {
     const body = charge({ simulate: { outcome: 'decline' } });
     const key = unique('key');
@@ -188,6 +241,7 @@ describe.each(ADAPTERS)('sample payments API over %s', (adapter) => {
     const key = unique('key');
     const first = await postCharge(body, key);
     expect(first.status).toBe(500);
+    expect(first.json()).toEqual(NEST_INTERNAL_ERROR);
     expect(await chargeRows(body.customer)).toHaveLength(0);
     expect(await keyRows(key)).toEqual([{ tenant_id: 'tenant-a', status: 'in_flight', response_status: null }]);
     expect((await postCharge(body, key)).status).toBe(409);
@@ -357,6 +411,121 @@ describe.each(ADAPTERS)('sample payments API over %s', (adapter) => {
   });
 });
 
+/**
+ * The handler's failures that leave the outcome unknown: the key stays in
+ * flight until its lease ends, then a retry takes it over and runs again.
+ * A lease short enough to wait out.
+ */
+describe.each(ADAPTERS)('sample payments API over %s: failures that keep the key in flight', (adapter) => {
+  const LEASE_MS = 1_500;
+  let api: RunningApp;
+  let db: pg.Client;
+  let n = 0;
+  const unique = (label: string) => `${label}-${adapter}-${Date.now()}-${++n}`;
+
+  beforeAll(async () => {
+    const schema = await freshSchema(`sample_app_in_flight_${adapter}`);
+    api = await startSampleApp(adapter, schema, databaseUrl(), { IDEMPOTENCY_LEASE_MS: String(LEASE_MS) });
+    db = await sqlClient(schema);
+  });
+  afterAll(async () => {
+    await api?.app.close();
+    await db?.end();
+  });
+
+  const postCharge = (body: unknown, key: string) =>
+    send(api.url, 'POST', '/charges', {
+      headers: [
+        ['Authorization', `Bearer ${KEY_A}`],
+        ['Idempotency-Key', key],
+      ],
+      body,
+    });
+  const keyRow = async (key: string) =>
+    (
+      await db.query(
+        `SELECT status, attempt, owner_token, response_status, response_body IS NULL AS nothing_stored
+           FROM idempotency_keys WHERE tenant_id = 'tenant-a' AND key = $1`,
+        [key],
+      )
+    ).rows;
+  const chargeCount = async (customer: string) =>
+    Number((await db.query('SELECT count(*) FROM charges WHERE customer = $1', [customer])).rows[0].count);
+  /** Waits until the database clock (which the module uses) says the key's lease has ended. */
+  async function leaseEnded(key: string): Promise<void> {
+    for (let i = 0; i < 100; i++) {
+      const [row] = (await db.query('SELECT lease_expires_at <= now() AS ended FROM idempotency_keys WHERE key = $1', [key]))
+        .rows;
+      if (row?.ended) return;
+      await sleep(100);
+    }
+    throw new Error(`The lease of ${key} did not end.`);
+  }
+
+  it('simulate.outcome "network" (the provider\'s socket dropped, ECONNRESET) is the handler\'s 500, never a 503: rolled back, key in flight, 409 until the lease ends, then it runs again', async () => {
+    const customer = unique('cus');
+    const body = { amount: 2500, currency: 'usd', customer, simulate: { outcome: 'network' } };
+    const key = unique('key');
+    const first = await postCharge(body, key);
+    expect(first.status).toBe(500);
+    expect(first.headers['content-type']).toMatch(/^application\/json/);
+    expect(first.json()).toEqual(NEST_INTERNAL_ERROR);
+    expect(first.headers['retry-after']).toBeUndefined();
+    expect(await chargeCount(customer)).toBe(0);
+    const [inFlight] = await keyRow(key);
+    expect(inFlight).toMatchObject({ status: 'in_flight', attempt: 1, response_status: null, nothing_stored: true });
+
+    const early = await postCharge(body, key);
+    expect(early.status).toBe(409);
+    expect(early.json()).toMatchObject({ type: ProblemType.conflict, status: 409 });
+    expect(await keyRow(key)).toEqual([inFlight]);
+
+    await leaseEnded(key);
+    const again = await postCharge(body, key);
+    expect(again.status).toBe(500);
+    expect(again.headers['idempotent-replayed']).toBeUndefined();
+    expect(again.json()).toEqual(NEST_INTERNAL_ERROR);
+    const [takenOver] = await keyRow(key);
+    expect(takenOver).toMatchObject({ status: 'in_flight', attempt: 2, nothing_stored: true });
+    expect(takenOver.owner_token).not.toBe(inFlight.owner_token);
+    expect(await chargeCount(customer)).toBe(0);
+  });
+
+  it('simulate.outcome "unavailable" is the handler\'s own 503: not stored, key in flight, 409 until the lease ends, then it runs again', async () => {
+    const customer = unique('cus');
+    const body = { amount: 2500, currency: 'usd', customer, simulate: { outcome: 'unavailable' } };
+    const key = unique('key');
+    const handlers503 = {
+      statusCode: 503,
+      message: 'The card processor is unavailable (simulated).',
+      error: 'Service Unavailable',
+    };
+    const first = await postCharge(body, key);
+    expect(first.status).toBe(503);
+    // Nest's answer for the handler's exception, not the module's problem+json for a store it cannot reach.
+    expect(first.headers['content-type']).toMatch(/^application\/json/);
+    expect(first.json()).toEqual(handlers503);
+    expect(await chargeCount(customer)).toBe(0);
+    const [inFlight] = await keyRow(key);
+    expect(inFlight).toMatchObject({ status: 'in_flight', attempt: 1, response_status: null, nothing_stored: true });
+
+    const early = await postCharge(body, key);
+    expect(early.status).toBe(409);
+    expect(early.json()).toMatchObject({ type: ProblemType.conflict, status: 409 });
+    expect(await keyRow(key)).toEqual([inFlight]);
+
+    await leaseEnded(key);
+    const again = await postCharge(body, key);
+    expect(again.status).toBe(503);
+    expect(again.headers['idempotent-replayed']).toBeUndefined();
+    expect(again.json()).toEqual(handlers503);
+    const [takenOver] = await keyRow(key);
+    expect(takenOver).toMatchObject({ status: 'in_flight', attempt: 2, nothing_stored: true });
+    expect(takenOver.owner_token).not.toBe(inFlight.owner_token);
+    expect(await chargeCount(customer)).toBe(0);
+  });
+});
+
 describe('sample app startup and health', () => {
   it('several instances start against one empty schema at once and apply each migration once', async () => {
     const schema = await freshSchema('sample_app_startup');
@@ -381,6 +550,8 @@ describe('sample app startup and health', () => {
         'CreateCharges1764460900000',
         'CreateOutboxMessages1764547200000',
         'CreateOrders1764547300000',
+        'AddChargeRiskScore1764720000000',
+        'AddProviderAccounts1764720100000',
       ]);
       const tables = await db.query('SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1', [
         schema,

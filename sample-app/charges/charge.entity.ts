@@ -31,6 +31,10 @@ export class ChargeEntity {
   @Column({ type: 'text' })
   status!: 'succeeded';
 
+  /** 0 (safe) to 100; internal, never in a response. Null on charges made before the fraud screen existed. */
+  @Column({ name: 'risk_score', type: 'smallint', nullable: true })
+  riskScore!: number | null;
+
   /** Set by the database (`now()`), returned by the insert. */
   @CreateDateColumn({ type: 'timestamptz' })
   created!: Date;

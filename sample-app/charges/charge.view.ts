@@ -1,38 +1,45 @@
+import { Exclude } from 'class-transformer';
 import type { ChargeEntity } from './charge.entity.js';
 import type { JsonObject } from './json.js';
 
-/** A charge as the API shows it. */
-export interface ChargeView {
-  id: string;
-  object: 'charge';
-  amount: number;
-  currency: string;
-  customer: string;
-  description: string | null;
-  metadata: JsonObject;
-  status: 'succeeded';
+/**
+ * A charge as the API shows it: a class instance, as Nest apps usually
+ * return, so the global `ClassSerializerInterceptor` can drop what is
+ * internal. The constructor copies only the public fields and `riskScore`,
+ * so the owning tenant never reaches a response.
+ */
+export class Charge {
+  readonly id: string;
+  readonly object = 'charge' as const;
+  readonly amount: number;
+  readonly currency: string;
+  readonly customer: string;
+  readonly description: string | null;
+  readonly metadata: JsonObject;
+  readonly status: 'succeeded';
   /** ISO 8601, UTC. */
-  created: string;
+  readonly created: string;
+
+  /** The fraud screen's score, for internal use: kept in the database, never shown (nor stored as a response). */
+  @Exclude()
+  readonly riskScore: number | null;
+
+  constructor(entity: ChargeEntity) {
+    this.id = entity.id;
+    this.amount = entity.amount;
+    this.currency = entity.currency;
+    this.customer = entity.customer;
+    this.description = entity.description;
+    this.metadata = entity.metadata;
+    this.status = entity.status;
+    this.created = entity.created.toISOString();
+    this.riskScore = entity.riskScore;
+  }
 }
 
-export interface ChargeListView {
+export interface ChargeList {
   object: 'list';
-  data: ChargeView[];
+  data: Charge[];
   /** All of the tenant's charges, not only those in `data`. */
   count: number;
-}
-
-/** Spells out the public fields so internal columns (`tenant_id`) can never leak into a response. */
-export function toChargeView(charge: ChargeEntity): ChargeView {
-  return {
-    id: charge.id,
-    object: 'charge',
-    amount: charge.amount,
-    currency: charge.currency,
-    customer: charge.customer,
-    description: charge.description,
-    metadata: charge.metadata,
-    status: charge.status,
-    created: charge.created.toISOString(),
-  };
 }

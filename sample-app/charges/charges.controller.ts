@@ -2,7 +2,7 @@ import { Body, Controller, Get, NotFoundException, Param, Post, Query, Res } fro
 import { HttpAdapterHost } from '@nestjs/core';
 import { Idempotent } from '../../src/index.js';
 import { CurrentTenant } from '../auth/tenant.decorator.js';
-import type { ChargeListView, ChargeView } from './charge.view.js';
+import type { Charge, ChargeList } from './charge.view.js';
 import { ChargesService } from './charges.service.js';
 import { CreateChargeDto } from './create-charge.dto.js';
 import { DEFAULT_LIST_LIMIT, ListChargesQuery } from './list-charges.query.js';
@@ -23,9 +23,9 @@ export class ChargesController {
   async create(
     @CurrentTenant() tenant: string,
     @Body() input: CreateChargeDto,
-    // passthrough: Nest still sends the return value, which is what the module stores.
+    // passthrough: Nest still sends the return value, through the global ClassSerializerInterceptor.
     @Res({ passthrough: true }) response: unknown,
-  ): Promise<ChargeView> {
+  ): Promise<Charge> {
     const charge = await this.charges.create(tenant, input);
     // Through the HTTP adapter so Express and Fastify alike; the module stores and replays Location.
     this.adapterHost.httpAdapter.setHeader(response, 'Location', `/charges/${charge.id}`);
@@ -33,15 +33,15 @@ export class ChargesController {
   }
 
   @Get()
-  list(@CurrentTenant() tenant: string, @Query() query: ListChargesQuery): Promise<ChargeListView> {
+  list(@CurrentTenant() tenant: string, @Query() query: ListChargesQuery): Promise<ChargeList> {
     return this.charges.list(tenant, query.limit ?? DEFAULT_LIST_LIMIT);
   }
 
   @Get(':id')
-  async get(@CurrentTenant() tenant: string, @Param('id') id: string): Promise<ChargeView> {
+  async get(@CurrentTenant() tenant: string, @Param('id') id: string): Promise<Charge> {
     const charge = await this.charges.get(tenant, id);
-    // Another tenant's charge is as absent as one that never existed.
-    if (!charge) throw new NotFoundException(`No charge ${id}.`);
+    // Another tenant's charge is as absent as one that never existed, and so is an id that cannot exist.
+    if (!charge) throw new NotFoundException('No such charge.');
     return charge;
   }
 }

@@ -15,7 +15,7 @@ import {
 } from 'class-validator';
 import type { JsonObject } from './json.js';
 
-export const SIMULATED_OUTCOMES = ['decline', 'error'] as const;
+export const SIMULATED_OUTCOMES = ['decline', 'error', 'network', 'unavailable'] as const;
 export type SimulatedOutcome = (typeof SIMULATED_OUTCOMES)[number];
 
 /**
@@ -45,7 +45,10 @@ export class SimulateDto {
   @Max(60_000)
   delayMs?: number;
 
-  /** `decline` answers 402 (stored and replayed); `error` throws a plain error (500, key stays in flight). */
+  /**
+   * `decline` answers 402 (stored and replayed); `error` throws a plain error and `network` a dropped
+   * connection's (both 500, key stays in flight); `unavailable` answers 503 (key stays in flight, not stored).
+   */
   @IsOptional()
   @IsIn(SIMULATED_OUTCOMES)
   outcome?: SimulatedOutcome;

@@ -13,6 +13,13 @@ export interface OrderView {
   created: string;
 }
 
+const ORDER_ID = /^ord_[0-9a-f]{24}$/;
+
 export function newOrderId(): string {
   return `ord_${randomBytes(12).toString('hex')}`;
+}
+
+/** Whether `id` has the form `newOrderId()` gives; anything else names no order. */
+export function isOrderId(id: string): boolean {
+  return ORDER_ID.test(id);
 }
