@@ -21,6 +21,13 @@ export interface SampleConfig {
   sweepIntervalMs?: number;
   /** `SAMPLE_API_KEYS` (`key:tenant,key:tenant`): API key to tenant. */
   apiKeys: ReadonlyMap<string, string>;
+  /** `PAYMENT_PROVIDER_URL`; unset means this app's own fake provider (`/provider`). */
+  paymentProviderUrl?: string;
+  /**
+   * `PAYMENT_PROVIDER_KEY`: the credential the app sends the payment provider, and the one the fake
+   * provider accepts. Another company's credential, so never one of the API keys.
+   */
+  paymentProviderKey: string;
   /** `SHUTDOWN_TIMEOUT_MS`, default 10 s: how long a SIGTERM waits for in-flight requests. */
   shutdownTimeoutMs: number;
   /** Whether Nest logs; tests turn it off. */
@@ -28,6 +35,7 @@ export interface SampleConfig {
 }
 
 export const DEFAULT_API_KEYS = 'demo-key-tenant-a:tenant-a,demo-key-tenant-b:tenant-b';
+export const DEFAULT_PAYMENT_PROVIDER_KEY = 'demo-provider-secret';
 
 /** Thrown for a bad environment variable; the message names the variable and what it accepts. */
 export class SampleConfigError extends Error {
@@ -38,6 +46,11 @@ export class SampleConfigError extends Error {
 }
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): SampleConfig {
+  const apiKeys = parseApiKeys(nonEmpty(env.SAMPLE_API_KEYS) ?? DEFAULT_API_KEYS);
+  const paymentProviderKey = nonEmpty(env.PAYMENT_PROVIDER_KEY) ?? DEFAULT_PAYMENT_PROVIDER_KEY;
+  if (apiKeys.has(paymentProviderKey)) {
+    throw new SampleConfigError("PAYMENT_PROVIDER_KEY must differ from every key in SAMPLE_API_KEYS: it is the provider's.");
+  }
   return {
     port: integer(env, 'PORT', { min: 0, max: 65_535 }) ?? 3000,
     httpAdapter: adapter(env.HTTP_ADAPTER),
@@ -45,7 +58,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): SampleConfig {
     leaseMs: integer(env, 'IDEMPOTENCY_LEASE_MS', { min: 1 }),
     ttlMs: integer(env, 'IDEMPOTENCY_TTL_MS', { min: 1 }),
     sweepIntervalMs: integer(env, 'IDEMPOTENCY_SWEEP_INTERVAL_MS', { min: 1 }),
-    apiKeys: parseApiKeys(nonEmpty(env.SAMPLE_API_KEYS) ?? DEFAULT_API_KEYS),
+    apiKeys,
+    paymentProviderUrl: nonEmpty(env.PAYMENT_PROVIDER_URL),
+    paymentProviderKey,
     shutdownTimeoutMs: integer(env, 'SHUTDOWN_TIMEOUT_MS', { min: 0 }) ?? 10_000,
     logger: true,
   };

@@ -5,7 +5,7 @@ import { CurrentTenant } from '../auth/tenant.decorator.js';
 import { crashIfRequested } from '../faults/crash-point.js';
 import { PaymentProviderClient } from '../provider/payment-provider.client.js';
 import { CheckoutDto } from './checkout.dto.js';
-import { newOrderId, type OrderView } from './order.view.js';
+import { isOrderId, newOrderId, type OrderView } from './order.view.js';
 
 /**
  * A checkout that spans systems, written as atomic phases:
@@ -44,7 +44,7 @@ export class OrdersController {
     crashIfRequested(headers, 'create-order');
 
     const payment = await phases.run('charge', () =>
-      this.provider.charge(input.amount, input.currency, phases.key('charge', { maxLength: 64 })),
+      this.provider.charge(tenant, input.amount, input.currency, phases.key('charge', { maxLength: 64 })),
     );
     crashIfRequested(headers, 'charge');
 
@@ -59,8 +59,9 @@ export class OrdersController {
 
   @Get(':id')
   async get(@CurrentTenant() tenant: string, @Param('id') id: string): Promise<OrderView> {
-    const order = await this.find(tenant, id);
-    if (!order) throw new NotFoundException(`No order ${id}.`);
+    // An id that cannot exist (a NUL, which PostgreSQL's text refuses with an error) is as absent as any other.
+    const order = isOrderId(id) ? await this.find(tenant, id) : undefined;
+    if (!order) throw new NotFoundException('No such order.');
     return order;
   }
 

@@ -1,11 +1,19 @@
-import { Module } from '@nestjs/common';
-import { FakePaymentProviderController } from '../provider/fake-payment-provider.controller.js';
-import { PaymentProviderClient } from '../provider/payment-provider.client.js';
+import { Module, type DynamicModule } from '@nestjs/common';
+import {
+  PAYMENT_PROVIDER_OPTIONS,
+  PaymentProviderClient,
+  type PaymentProviderOptions,
+} from '../provider/payment-provider.client.js';
 import { OrdersController } from './orders.controller.js';
 import { ReceiptMailer } from './receipt-mailer.js';
 
-@Module({
-  controllers: [OrdersController, FakePaymentProviderController],
-  providers: [PaymentProviderClient, ReceiptMailer],
-})
-export class OrdersModule {}
+@Module({})
+export class OrdersModule {
+  static register(options: { paymentProvider: PaymentProviderOptions }): DynamicModule {
+    return {
+      module: OrdersModule,
+      controllers: [OrdersController],
+      providers: [{ provide: PAYMENT_PROVIDER_OPTIONS, useValue: options.paymentProvider }, PaymentProviderClient, ReceiptMailer],
+    };
+  }
+}

@@ -1,4 +1,4 @@
-import { Injectable } from '@nestjs/common';
+import { Inject, Injectable } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { AddressInfo } from 'node:net';
 
@@ -6,6 +6,16 @@ export interface ProviderPayment {
   id: string;
   amount: number;
   currency: string;
+}
+
+/** DI token of the `PaymentProviderOptions`. */
+export const PAYMENT_PROVIDER_OPTIONS = Symbol('PAYMENT_PROVIDER_OPTIONS');
+
+export interface PaymentProviderOptions {
+  /** A real provider's base URL; unset means this app's own fake provider (`/provider`). */
+  url?: string;
+  /** The provider's credential, sent as `Authorization: Bearer <apiKey>`. */
+  apiKey: string;
 }
 
 /**
@@ -22,18 +32,24 @@ export class PaymentProviderError extends Error {
   }
 }
 
-/**
- * Calls the payment provider over HTTP. `PAYMENT_PROVIDER_URL` points at a
- * real one; by default it is this app's own fake provider (`/provider`).
- */
+/** Calls the payment provider over HTTP, with its own credential, on behalf of one merchant account. */
 @Injectable()
 export class PaymentProviderClient {
-  constructor(private readonly adapterHost: HttpAdapterHost) {}
+  constructor(
+    private readonly adapterHost: HttpAdapterHost,
+    @Inject(PAYMENT_PROVIDER_OPTIONS) private readonly options: PaymentProviderOptions,
+  ) {}
 
-  async charge(amount: number, currency: string, idempotencyKey: string): Promise<ProviderPayment> {
+  /** @param account the merchant account at the provider: the tenant */
+  async charge(account: string, amount: number, currency: string, idempotencyKey: string): Promise<ProviderPayment> {
     const response = await fetch(`${this.baseUrl()}/charges`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'idempotency-key': idempotencyKey },
+      headers: {
+        authorization: `Bearer ${this.options.apiKey}`,
+        'provider-account': account,
+        'content-type': 'application/json',
+        'idempotency-key': idempotencyKey,
+      },
       body: JSON.stringify({ amount, currency }),
       signal: AbortSignal.timeout(10_000),
     });
@@ -42,7 +58,7 @@ export class PaymentProviderClient {
   }
 
   private baseUrl(): string {
-    if (process.env.PAYMENT_PROVIDER_URL) return process.env.PAYMENT_PROVIDER_URL;
+    if (this.options.url) return this.options.url;
     // The port is only known once the app listens (tests use port 0).
     const address = this.adapterHost.httpAdapter.getHttpServer().address() as AddressInfo;
     return `http://127.0.0.1:${address.port}/provider`;
