@@ -1,31 +1,39 @@
 import { Injectable, type CallHandler, type ExecutionContext, type NestInterceptor, type Provider } from '@nestjs/common';
 import { APP_INTERCEPTOR } from '@nestjs/core';
-import { tap, type Observable } from 'rxjs';
+import type { ServerResponse } from 'node:http';
+import type { Observable } from 'rxjs';
 
 /** The environment switch; anything but `1` leaves the app without this hook. */
 export const FAULT_INJECTION_ENV = 'SAMPLE_FAULT_INJECTION';
 /** Request header naming the fault to inject. Headers are not fingerprinted: a retry without it is the same request. */
 export const FAULT_HEADER = 'x-fault';
-/** Kill the process after the idempotency module committed and stored the response, before Nest sends it. */
+/** Kill the process after the idempotency module committed and stored the response, before it is sent. */
 export const CRASH_AFTER_COMMIT = 'crash-after-commit';
 
 /**
  * Test-only fault injection for the reliability suite (`test/reliability`);
  * never registered unless `SAMPLE_FAULT_INJECTION=1`.
  *
- * A global interceptor wraps outside the route's `@Idempotent()` interceptor,
- * whose value arrives only once the request transaction has committed and the
- * response is stored. Killing the process with SIGKILL at that moment is a
- * crash between the commit and the response leaving: the client sees its
- * connection drop, and its retry must replay rather than charge again.
+ * The idempotency module holds the response at the wire until the request
+ * transaction has committed and the response is stored, then writes it out
+ * through the response's `end`. This global interceptor runs before the
+ * route's `@Idempotent()` interceptor, so the `end` it wraps here is the one
+ * the module calls once everything is committed: killing the process with
+ * SIGKILL there is a crash between the commit and the response leaving. The
+ * client sees its connection drop, and its retry must replay rather than
+ * charge again.
  */
 @Injectable()
 export class FaultInjectionInterceptor implements NestInterceptor {
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
     if (context.getType() !== 'http') return next.handle();
-    const headers = context.switchToHttp().getRequest<{ headers: Record<string, string | string[] | undefined> }>().headers;
+    const http = context.switchToHttp();
+    const headers = http.getRequest<{ headers: Record<string, string | string[] | undefined> }>().headers;
     if (headers[FAULT_HEADER] !== CRASH_AFTER_COMMIT) return next.handle();
-    return next.handle().pipe(tap(() => process.kill(process.pid, 'SIGKILL')));
+    const reply = http.getResponse<ServerResponse | { raw: ServerResponse }>();
+    const res = 'raw' in reply ? reply.raw : reply;
+    res.end = (() => process.kill(process.pid, 'SIGKILL')) as unknown as ServerResponse['end'];
+    return next.handle();
   }
 }
 
