@@ -97,6 +97,25 @@ describe.each(ADAPTERS)('database unreachable over %s', (adapter) => {
     expect(api.probe.count(label)).toBe(1);
   });
 
+  it('a connection lost at BEGIN, after the claim: 503 saying nothing ran, the claim given back, a retry runs at once', async () => {
+    const label = `${adapter}-begin`;
+    proxy.dropConnectionOn('START TRANSACTION');
+    const lost = await post(api.url, '/items', { label }, `k-${label}`);
+    expect(lost.status).toBe(503);
+    expect(lost.json()).toMatchObject({ type: ProblemType.unavailable, detail: expect.stringMatching(/not processed/) });
+    expect(lost.headers['retry-after']).toBe('5');
+    expect(api.probe.count(label)).toBe(0);
+    const check = await sqlClient(schema);
+    try {
+      expect((await check.query('SELECT count(*) FROM idempotency_keys WHERE key = $1', [`k-${label}`])).rows[0].count).toBe('0');
+    } finally {
+      await check.end();
+    }
+    const retry = await post(api.url, '/items', { label }, `k-${label}`);
+    expect(retry.status).toBe(201);
+    expect(api.probe.count(label)).toBe(1);
+  });
+
   it('a connection lost while the handler runs answers 503, commits nothing, and a retry after the lease succeeds once', async () => {
     const label = `${adapter}-lost`;
     api.probe.delays.set(label, [1000]);

@@ -7,8 +7,26 @@ import { LoopbackProxy } from './loopback-proxy.js';
  * on the same port.
  */
 export class TcpProxy extends LoopbackProxy {
+  private dropOn?: Buffer;
+
   protected relay(client: Socket, upstream: Socket): void {
-    client.pipe(upstream).pipe(client);
+    client.on('data', (chunk: Buffer) => {
+      if (this.dropOn && chunk.includes(this.dropOn)) {
+        // The statement never reaches the server; the app sees its connection die as it sends it.
+        this.dropOn = undefined;
+        client.destroy();
+        upstream.destroy();
+        return;
+      }
+      upstream.write(chunk);
+    });
+    upstream.pipe(client);
+    client.on('end', () => upstream.end());
+  }
+
+  /** Kills the next connection that sends a statement containing `text`, before the server sees it. */
+  dropConnectionOn(text: string): void {
+    this.dropOn = Buffer.from(text);
   }
 
   /** Drops every connection and refuses new ones. */
