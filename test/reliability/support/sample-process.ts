@@ -28,6 +28,10 @@ export interface SampleProcessOptions {
   adapter: AdapterName;
   /** More environment, e.g. `IDEMPOTENCY_LEASE_MS` or `SAMPLE_FAULT_INJECTION`. */
   env?: Record<string, string>;
+  /** The script to run instead of the prebuilt main.js, e.g. `sample-app/start.mjs` (what `npm run sample` runs). */
+  entry?: string;
+  /** How long to wait for `/health` (default 45 s); more when `entry` compiles first. */
+  healthTimeoutMs?: number;
 }
 
 /** Every child any scenario started, so none outlives the Jest worker even if a test's cleanup never runs. */
@@ -79,12 +83,12 @@ export class SampleProcess {
 
   /** Spawns the sample app on a free loopback port and resolves once `/health` answers 200. */
   static async start(options: SampleProcessOptions): Promise<SampleProcess> {
-    if (!SAMPLE_MAIN || !existsSync(SAMPLE_MAIN))
+    if (!options.entry && (!SAMPLE_MAIN || !existsSync(SAMPLE_MAIN)))
       throw new Error(
         `The sample app's build (${SAMPLE_MAIN || 'SAMPLE_MAIN unset'}) is missing: run through jest.reliability.config.js, which builds it.`,
       );
     const port = await freePort();
-    const child = spawn(process.execPath, [SAMPLE_MAIN], {
+    const child = spawn(process.execPath, [options.entry ?? SAMPLE_MAIN], {
       cwd: REPOSITORY_ROOT,
       env: {
         ...process.env,
@@ -101,7 +105,7 @@ export class SampleProcess {
     });
     const sample = new SampleProcess(options.name, options.adapter, port, child);
     try {
-      await sample.waitHealthy();
+      await sample.waitHealthy(options.healthTimeoutMs);
     } catch (error) {
       await sample.kill('SIGKILL');
       throw error;
