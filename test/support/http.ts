@@ -3,6 +3,8 @@ import { request as httpRequest } from 'node:http';
 export interface RawResponse {
   status: number;
   headers: Record<string, string | string[] | undefined>;
+  /** Name/value pairs as received, in order, duplicates kept (set by `send`). */
+  rawHeaders?: string[];
   body: Buffer;
   json<T = any>(): T;
   text(): string;
@@ -43,6 +45,7 @@ export function send(
           resolve({
             status: res.statusCode ?? 0,
             headers: res.headers,
+            rawHeaders: res.rawHeaders,
             body,
             json: () => JSON.parse(body.toString('utf8')),
             text: () => body.toString('utf8'),
