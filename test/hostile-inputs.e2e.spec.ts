@@ -162,7 +162,7 @@ describe.each(ADAPTERS)('hostile inputs over %s', (adapter) => {
       await expectRefusedBody(nestedObjects(objects, 129), objects);
     });
 
-    it('the refusal logs no stack trace per request and the body is not echoed', async () => {
+    it('the refusal does not echo the body or a stack trace', async () => {
       const label = t.fresh();
       const res = await expectRefusedBody(`{"label":${JSON.stringify(label)},"secret":"s3cr3t","amount":1e400}`, label);
       expect(res.text()).not.toContain('s3cr3t');
