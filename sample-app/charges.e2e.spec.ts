@@ -221,6 +221,18 @@ describe.each(ADAPTERS)('sample payments API over %s', (adapter) => {
     expect(res.json()).toEqual({ statusCode: 404, message: 'No such charge.', error: 'Not Found' });
   });
 
+  it.each([
+    ['a stray %', '/charges/ch_%zz'],
+    ['a truncated UTF-8 sequence', '/charges/ch_%E0%A4%A'],
+    ['a byte that is no UTF-8', '/charges/ch_%FF'],
+  ])(
+    'GET /charges/:id with %s in the path is a 400 of the router (a URL that cannot be decoded), never 500',
+    async (_case, path) => {
+      const res = await get(path);
+      expect(res.status).toBe(400);
+    },
+  );
+
   it('a declined card answers 402, is stored and replayed, and leaves no charge row', async () => {
     const body = charge({ simulate: { outcome: 'decline' } });
     const key = unique('key');
