@@ -34,14 +34,8 @@ import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
 import type { DataSource, EntityManager, Logger as TypeOrmLogger } from 'typeorm';
-import {
-  DEFAULT_LEASE_MS,
-  DEFAULT_TTL_MS,
-  Idempotent,
-  IdempotencyModule,
-  PostgresIdempotencyStore,
-  TxManager,
-} from '../src/index.js';
+import { DEFAULT_LEASE_MS, DEFAULT_TTL_MS } from '../src/idempotency.constants.js';
+import { Idempotent, IdempotencyModule, PostgresIdempotencyStore, TxManager } from '../src/index.js';
 import { CHARGES_TABLE, KEY_TABLE } from './database.js';
 import {
   APP_APPLICATION_NAME,

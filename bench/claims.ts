@@ -2,7 +2,8 @@ import { createHash, randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { DataSource } from 'typeorm';
-import { DEFAULT_LEASE_MS, DEFAULT_TTL_MS, PostgresIdempotencyStore } from '../src/index.js';
+import { DEFAULT_LEASE_MS, DEFAULT_TTL_MS } from '../src/idempotency.constants.js';
+import { PostgresIdempotencyStore } from '../src/index.js';
 import { FILL_TENANTS, KEY_TABLE, type ExistingKey } from './database.js';
 import { summarize, type LatencySummary } from './stats.js';
 

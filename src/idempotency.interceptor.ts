@@ -122,7 +122,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
         }
         // The app renders the error (its filters), and that rendering is what a 'store' policy keeps.
         out.fail(error);
-        const sent = error instanceof FailedAfterHandlerError ? error.response : await wire.sent(responseWaitMs).catch(() => null);
+        const sent =
+          error instanceof FailedAfterHandlerError ? error.response : await wire.sent(responseWaitMs).catch(() => null);
         if (!sent) return { action: 'keep' };
         if (!execution.handlerStarted && !(error instanceof FailedAfterHandlerError)) return { action: 'release' };
         return decide(this.policyFor(error, sent.status, route), sent);
@@ -161,7 +162,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
   /** Which policy of the route applies to a failure, by what was thrown and what the client got. */
   private policyFor(error: unknown, status: number, route: RouteSettings): FailurePolicy {
     // A 5xx, whether thrown as an HttpException or not, is an outcome nobody knows: not stored by default.
-    const definite = error instanceof HttpException ? error.getStatus() < 500 : status < 500 && error instanceof FailedAfterHandlerError;
+    const definite =
+      error instanceof HttpException ? error.getStatus() < 500 : status < 500 && error instanceof FailedAfterHandlerError;
     return definite ? route.options.onHttpException : route.options.onError;
   }
 

@@ -47,7 +47,10 @@ describe('resolveIdempotencyOptions', () => {
 
   it('accepts a lease longer than the TTL: a key whose lease is valid never counts as expired (CONTRACT A4.10)', () => {
     expect(resolveIdempotencyOptions({ tenant, lease: '2h', ttl: '1h' })).toMatchObject({ leaseMs: 7_200_000, ttlMs: 3_600_000 });
-    expect(resolveRouteOptions({ ttl: 100 }, resolveIdempotencyOptions({ tenant }), 'route')).toMatchObject({ ttlMs: 100, leaseMs: 30_000 });
+    expect(resolveRouteOptions({ ttl: 100 }, resolveIdempotencyOptions({ tenant }), 'route')).toMatchObject({
+      ttlMs: 100,
+      leaseMs: 30_000,
+    });
   });
 
   it("accepts unit strings with spaces and decimals: '1.5s', '500 ms'", () => {

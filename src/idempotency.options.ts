@@ -34,7 +34,7 @@ export type FingerprintFunction = (context: ExecutionContext) => unknown;
 
 /**
  * What to do with the key when the handler throws an `HttpException` (e.g. a
- * 402 for a declined card) or any other error. See CONTRACT A4.9.
+ * 402 for a declined card) or any other error. See "Handler outcomes" in the README.
  * - `'store'`: the handler's writes roll back; the error response is stored and replayed.
  * - `'release'`: the key is deleted; a retry runs the handler again at once.
  * - `'keep'`: the key stays in flight until its lease ends, then a retry takes over.

@@ -1,7 +1,10 @@
+/**
+ * The public API: what an application imports. Everything else under src/ is
+ * internal and may change without notice.
+ */
 export { IdempotencyModule } from './idempotency.module.js';
 export type { IdempotencyModuleExtras } from './idempotency.module-definition.js';
 export { Idempotent, SkipIdempotency } from './idempotent.decorator.js';
-export { IdempotencyInterceptor } from './idempotency.interceptor.js';
 export { IdempotencyService, type ExecuteInput } from './idempotency.service.js';
 export type {
   Duration,
@@ -12,13 +15,6 @@ export type {
   SweepSchedule,
   TenantResolver,
 } from './idempotency.options.js';
-export {
-  DEFAULT_HEADER,
-  DEFAULT_LEASE_MS,
-  DEFAULT_TABLE_NAME,
-  DEFAULT_TTL_MS,
-  REPLAYED_HEADER,
-} from './idempotency.constants.js';
 export {
   IdempotencyStore,
   type ClaimRef,
@@ -47,20 +43,10 @@ export {
   LeaseLostError,
   StoreUnavailableError,
 } from './core/errors.js';
-export {
-  IdempotencyEngine,
-  type EngineOutcome,
-  type FailureDecision,
-  type IdempotentWork,
-  type PhasedWork,
-  type WorkScope,
-} from './core/idempotency-engine.js';
-export { parseIdempotencyKey, type KeyParseResult, type KeyRejection } from './core/key.js';
-export { fingerprintRequest, fingerprintValue } from './core/fingerprint.js';
 export { IdempotencyConfigurationError } from './errors/configuration.error.js';
 export { IdempotencyProblemException, ProblemType, PROBLEM_CONTENT_TYPE, type ProblemDetails } from './errors/problems.js';
 export { Outbox, type EnqueueOptions } from './outbox/outbox.js';
 export { OutboxRelay, type OutboxHandler, type RelayReport } from './outbox/outbox-relay.js';
-export { OutboxStore, type OutboxMessage } from './outbox/outbox.store.js';
+export type { OutboxStore, OutboxMessage } from './outbox/outbox.store.js';
 export { createOutboxMigration, CreateOutboxMessages1764547200000 } from './outbox/outbox.migration.js';
 export type { OutboxOptions, OutboxRelayOptions } from './idempotency.options.js';

@@ -77,7 +77,10 @@ describe('route settings are checked for every route at start-up (CONTRACT A6.13
   }
 
   it.each([
-    [RawResponseController, /RawResponseController\.create cannot be replayed: it writes the response itself through @Res\(\).*passthrough: true/s],
+    [
+      RawResponseController,
+      /RawResponseController\.create cannot be replayed: it writes the response itself through @Res\(\).*passthrough: true/s,
+    ],
     [EventsController, /EventsController\.events cannot be replayed: it is a server-sent events stream/],
     [UnitlessLeaseController, /UnitlessLeaseController\.create: lease must be .* with its unit such as '30s'/],
     [BadPolicyController, /BadPolicyController\.create: onError must be 'store', 'release' or 'keep'/],

@@ -44,7 +44,8 @@ export function deriveKey(scope: DerivationScope, purpose: string, options: Deri
   }
   if (purpose === '') throw new RangeError('deriveKey: purpose must not be empty.');
   // Length-prefixed fields, so ('a:b', 'c') and ('a', 'b:c') can never collide.
-  const parts = scope.generation === undefined ? [scope.tenant, scope.key, purpose] : [scope.tenant, scope.key, scope.generation, purpose];
+  const parts =
+    scope.generation === undefined ? [scope.tenant, scope.key, purpose] : [scope.tenant, scope.key, scope.generation, purpose];
   const material = parts.map((part) => `${Buffer.byteLength(part)}:${part}`).join('|');
   // Distinct tags, so material with a generation can never equal material without one.
   const version = scope.generation === undefined ? 'v1' : 'v2';

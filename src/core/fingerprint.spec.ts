@@ -21,7 +21,9 @@ describe('fingerprintRequest', () => {
   it('ignores key order at every depth, in the body and in the query', () => {
     const reordered = request({ method: 'post', body: { nested: { a: null, b: [1, { x: 1, y: 2 }] }, amount: 1 } });
     expect(fingerprintRequest(reordered)).toBe(fingerprintRequest(request()));
-    expect(fingerprintRequest(request({ query: { b: '2', a: '1' } }))).toBe(fingerprintRequest(request({ query: { a: '1', b: '2' } })));
+    expect(fingerprintRequest(request({ query: { b: '2', a: '1' } }))).toBe(
+      fingerprintRequest(request({ query: { a: '1', b: '2' } })),
+    );
   });
 
   it('is a SHA-256 hex digest', () => {

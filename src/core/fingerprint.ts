@@ -10,7 +10,7 @@ import { UnrepresentableInputError } from './errors.js';
 export const MAX_FINGERPRINT_DEPTH = 128;
 
 /**
- * What identifies "the same request" for one key (CONTRACT A2.4). `route` is
+ * What identifies "the same request" for one key. `route` is
  * the route that matched (its pattern, or a stand-in name), never the request
  * target as the client spelled it. `body` is whatever the platform parsed: a
  * JSON value, or raw bytes/text for other content types.

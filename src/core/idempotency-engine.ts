@@ -4,7 +4,7 @@ import { FingerprintMismatchError, KeyInFlightError, LeaseLostError, StoreUnavai
 import { Phases } from './phases.js';
 
 /**
- * What to do with the claim when the work throws (CONTRACT A4.9).
+ * What to do with the claim when the work throws (see "Handler outcomes" in the README).
  * - `store`: a definite outcome; the work's writes roll back and `response`
  *   is stored and replayed like a success.
  * - `release`: nothing took effect; delete the claim so a retry runs at once.
@@ -62,7 +62,7 @@ interface Held {
 }
 
 /**
- * The state table of CONTRACT A3 in one place, with no knowledge of HTTP or
+ * The state table (see the README) in one place, with no knowledge of HTTP or
  * Nest: claim (committed alone), run the work and the fenced completion in
  * one transaction, and settle the claim when the work fails.
  *
@@ -116,7 +116,9 @@ export class IdempotencyEngine<Tx> {
     return { kind: 'executed', ...done };
   }
 
-  private async claim(work: WorkScope): Promise<{ kind: 'replayed'; response: StoredResponse } | { kind: 'claimed'; held: Held }> {
+  private async claim(
+    work: WorkScope,
+  ): Promise<{ kind: 'replayed'; response: StoredResponse } | { kind: 'claimed'; held: Held }> {
     const ref: ClaimRef = { tenant: work.tenant, key: work.key, ownerToken: randomUUID() };
     const claimedAt = Date.now();
     let claim;

@@ -8,7 +8,7 @@ export type KeyParseResult = { ok: true; key: string } | { ok: false; reason: Ke
 const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
 
 /**
- * Reads an Idempotency-Key header value per CONTRACT A1: a bare token of
+ * Reads an Idempotency-Key header value: a bare token of
  * visible ASCII without commas, or an RFC 8941 sf-string. The key is returned
  * exactly as sent (after unquoting): never trimmed or case-folded.
  *

@@ -118,7 +118,12 @@ export const problems = {
     ),
   storeFailed: () =>
     new IdempotencyProblemException(
-      problem(ProblemType.storeFailed, 'Idempotency store error', HttpStatus.INTERNAL_SERVER_ERROR, messages.problems.storeFailed),
+      problem(
+        ProblemType.storeFailed,
+        'Idempotency store error',
+        HttpStatus.INTERNAL_SERVER_ERROR,
+        messages.problems.storeFailed,
+      ),
     ),
   unreplayable: (cause: unknown) =>
     new IdempotencyProblemException(

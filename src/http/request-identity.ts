@@ -30,7 +30,7 @@ export function headerValues(request: HttpRequest, header: string): string[] {
 }
 
 /**
- * What identifies the request for its fingerprint (CONTRACT A2.4): the route
+ * What identifies the request for its fingerprint: the route
  * that matched (its pattern, not the target as the client spelled it, so an
  * absolute-form target, a trailing `?`, or a trailing slash or letter case
  * the router ignores change nothing), its parameters, the parsed query and

@@ -49,24 +49,22 @@ export class WireCapture {
     for (const name of WIRE_METHODS) {
       this.original[name] = { own: Object.prototype.hasOwnProperty.call(res, name), value: res[name] };
     }
-    const self = this;
-    // `this` is the response inside these wrappers, as it is for Node's own methods.
-    res.writeHead = function (this: ServerResponse, ...args: Call) {
-      self.writeHeadCall = args;
-      return this;
-    } as ServerResponse['writeHead'];
-    res.write = function (...args: Call) {
-      self.writes.push(args);
+    res.writeHead = ((...args: Call) => {
+      this.writeHeadCall = args;
+      return res;
+    }) as ServerResponse['writeHead'];
+    res.write = ((...args: Call) => {
+      this.writes.push(args);
       const callback = args.find((arg) => typeof arg === 'function') as (() => void) | undefined;
       if (callback) process.nextTick(callback);
       return true;
-    } as ServerResponse['write'];
-    res.end = function (this: ServerResponse, ...args: Call) {
-      self.endCall = args;
-      if (self.replacement) self.send(self.replacement);
-      else self.onEnd?.();
-      return this;
-    } as ServerResponse['end'];
+    }) as ServerResponse['write'];
+    res.end = ((...args: Call) => {
+      this.endCall = args;
+      if (this.replacement) this.send(this.replacement);
+      else this.onEnd?.();
+      return res;
+    }) as ServerResponse['end'];
   }
 
   /**

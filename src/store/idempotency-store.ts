@@ -20,7 +20,7 @@ export interface ClaimRequest extends ClaimRef {
 }
 
 /**
- * The state of the key as the claim found it (CONTRACT A3).
+ * The state of the key as the claim found it (the state table in the README).
  * - `claimed`: this attempt owns the key (new, expired, or taken over).
  * - `in-flight`: another attempt holds a valid lease.
  * - `completed`: a stored response exists for the same fingerprint.

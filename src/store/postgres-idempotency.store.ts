@@ -168,7 +168,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     // Fenced like the completion; also renews the lease, so a handler that keeps
     // making progress keeps its key. Both run inside the work's transaction,
     // whose now() is when it began: the clock counts from the write instead.
-    // (Still the database's clock, as CONTRACT A3.7 asks.)
+    // (Still the database's clock: every lease and TTL comparison uses it.)
     this.recordPhaseSql = `${sqlMarker('record-phase')}
       UPDATE ${t}
          SET recovery_point = $4, phase_results = $5,
