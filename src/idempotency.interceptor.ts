@@ -77,7 +77,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
     request: HttpRequest,
     subscriber: Subscriber<unknown>,
   ): Promise<void> {
-    const wire = WireCapture.attach(serverResponse(context.switchToHttp().getResponse()), this.options.replayHeaders);
+    const response = serverResponse(context.switchToHttp().getResponse());
+    const wire = WireCapture.attach(response, this.options.replayHeaders);
     const out = new Outlet(subscriber);
     let key = '';
     const refuse = (problem: IdempotencyProblemException) => {
@@ -140,6 +141,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
         ? await this.service.runPhased({ ...scope, run: handle }, execution)
         : await this.service.run({ ...scope, run: handle }, execution);
       if (outcome.kind === 'replayed') {
+        // Set now, so the app's outer interceptors can tell a replay from the response they are handed.
+        response.setHeader(REPLAYED_HEADER, 'true');
         wire.replace(outcome.response, [[REPLAYED_HEADER, 'true']]);
         // Nest still runs the app's outer interceptors and sends; the wire swaps in the stored bytes.
         out.emit(undefined);
