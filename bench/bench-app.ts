@@ -35,7 +35,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
 import type { DataSource, EntityManager, Logger as TypeOrmLogger } from 'typeorm';
 import { DEFAULT_LEASE_MS, DEFAULT_TTL_MS } from '../src/idempotency.constants.js';
-import { Idempotent, IdempotencyModule, PostgresIdempotencyStore, TxManager } from '../src/index.js';
+import { keyStoreStatements } from '../src/store/key-store.sql.js';
+import { quoteTableName } from '../src/store/sql.js';
+import { Idempotent, IdempotencyModule, TxManager } from '../src/index.js';
 import { CHARGES_TABLE, KEY_TABLE } from './database.js';
 import {
   APP_APPLICATION_NAME,
@@ -177,13 +179,9 @@ class HandWrittenIdempotency {
     private readonly pool: pg.Pool,
     private readonly counter: RoundTripCounter,
   ) {
-    // The constructor only builds the SQL text from the table name; no connection is used.
-    const statements = new PostgresIdempotencyStore(null as unknown as DataSource, KEY_TABLE) as unknown as {
-      claimSql?: string;
-      completeSql?: string;
-    };
-    this.claimSql = expectParameters(statements.claimSql, 6, 'claimSql');
-    this.completeSql = expectParameters(statements.completeSql, 7, 'completeSql');
+    const statements = keyStoreStatements(quoteTableName(KEY_TABLE));
+    this.claimSql = expectParameters(statements.claim, 6, 'claim');
+    this.completeSql = expectParameters(statements.complete, 7, 'complete');
   }
 
   /**
@@ -240,7 +238,7 @@ function expectParameters(sql: string | undefined, count: number, name: string):
   const highest = Math.max(0, ...[...(sql ?? '').matchAll(/\$(\d+)/g)].map((m) => Number(m[1])));
   if (!sql || highest !== count) {
     throw new Error(
-      `PostgresIdempotencyStore.${name} changed (expected ${count} parameters, found ${highest}); update the bench floor.`,
+      `keyStoreStatements().${name} changed (expected ${count} parameters, found ${highest}); update the bench floor.`,
     );
   }
   return sql;
