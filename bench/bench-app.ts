@@ -180,7 +180,7 @@ class HandWrittenIdempotency {
     private readonly counter: RoundTripCounter,
   ) {
     const statements = keyStoreStatements(quoteTableName(KEY_TABLE));
-    this.claimSql = expectParameters(statements.claim, 6, 'claim');
+    this.claimSql = expectParameters(statements.claim, 7, 'claim');
     this.completeSql = expectParameters(statements.complete, 7, 'complete');
   }
 
@@ -194,7 +194,7 @@ class HandWrittenIdempotency {
     const claimSql: Statement = prepared ? { name: 'bench_claim', text: this.claimSql } : this.claimSql;
     const completeSql: Statement = prepared ? { name: 'bench_complete', text: this.completeSql } : this.completeSql;
     const ownerToken = randomUUID();
-    const claimParams = [TENANT, key, fingerprint, ownerToken, DEFAULT_LEASE_MS, DEFAULT_TTL_MS];
+    const claimParams = [TENANT, key, fingerprint, ownerToken, DEFAULT_LEASE_MS, DEFAULT_TTL_MS, null];
     const [claim] = await this.query(this.pool, claimSql, claimParams);
     const row = claim as ClaimRow | undefined;
     if (row?.state === 'completed') {
@@ -214,8 +214,8 @@ class HandWrittenIdempotency {
       const stored = Buffer.from(JSON.stringify(value), 'utf8');
       const headers = JSON.stringify([['content-type', 'application/json; charset=utf-8']]);
       const completeParams = [TENANT, key, ownerToken, 201, headers, stored, DEFAULT_TTL_MS];
-      const completed = await this.query(client, completeSql, completeParams);
-      if ((completed as unknown as { rowCount?: number }).rowCount === 0) throw new ConflictException('Lease lost');
+      const [completed] = (await this.query(client, completeSql, completeParams)) as Array<{ completed?: boolean }>;
+      if (completed?.completed !== true) throw new ConflictException('Lease lost');
       await this.query(client, 'COMMIT', []);
       return { replayed: false, status: 201, value };
     } catch (error) {

@@ -135,6 +135,22 @@ describe('start-up schema check', () => {
     expect(error.message).toContain('`synchronize: true` with IdempotencyKeyEntity adds them');
   });
 
+  it('a key table without its claim and completion functions stops the app, naming them and the migration', async () => {
+    const schema = await freshSchema('check_key_functions');
+    await createTables(schema);
+    await sql(schema, 'DROP FUNCTION idempotency_keys_claim', 'DROP FUNCTION idempotency_keys_complete');
+    const error = await startupError(schema);
+    expect(error.message).toContain('"idempotency_keys_claim", "idempotency_keys_complete" of the key table "idempotency_keys"');
+    expect(error.message).toContain('CreateIdempotencyKeys1764460800000 creates them');
+  });
+
+  it('with synchronize: true the module creates the functions itself, and the store works', async () => {
+    const schema = await freshSchema('check_sync_functions');
+    await bootsAndWorks(schema, {}, { entities: [IdempotencyKeyEntity], synchronize: true });
+    // And again on the table synchronize left: the functions exist now, nothing to create.
+    await bootsAndWorks(schema, {}, { entities: [IdempotencyKeyEntity], synchronize: true });
+  });
+
   it('a custom, schema-qualified table name is looked up in its schema, and the message names its own migration', async () => {
     const schema = await freshSchema('check_qualified');
     const elsewhere = await freshSchema('check_qualified_elsewhere');

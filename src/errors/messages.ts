@@ -61,6 +61,11 @@ export const messages = {
       `${table.migration} and the module's later migrations, if any, are in your \`migrations\` and have run. A table made ` +
       'by hand or by an older version needs the columns added by a migration of your own (types under Schema in the README)' +
       (table.entity ? `; without migrations, \`synchronize: true\` with ${table.entity} adds them.` : '.'),
+    functionsMissing: (table: TableFix, missing: readonly string[]) =>
+      `IdempotencyModule: the function${missing.length > 1 ? 's' : ''} ${missing.join(', ')} of the key table "${table.name}" ` +
+      `do${missing.length > 1 ? '' : 'es'} not exist. The claim and the completion call them. ${table.migration} creates them ` +
+      'with the table: run it (again, on a table made by an older version: its statements are idempotent), or, without ' +
+      'migrations, use `synchronize: true`, with which the module creates them at start-up.',
     migrationsNeedOptions:
       'migratingDataSourceFactory(): TypeOrmModule passed no data source options. Use it inside ' +
       'TypeOrmModule.forRootAsync({ useFactory: () => ({ ...options }), dataSourceFactory: migratingDataSourceFactory() }).',
@@ -113,5 +118,54 @@ export const messages = {
     failureUnrecorded: (id: string, topic: string, reason: string) =>
       `Outbox message ${id} (${topic}) failed, and recording the failure failed too: ${reason}. It is retried once its lock expires.`,
     roundFailed: (reason: string) => `Relay round failed: ${reason}`,
+  },
+  /** The client (`nest-idempotency-pg/client`); no message names a key, a body or a header value. */
+  client: {
+    option: (name: string, expected: string, value: unknown) =>
+      `IdempotentClient: \`${name}\` must be ${expected}, got ${JSON.stringify(value) ?? String(value)}.`,
+    retryStatus: (status: unknown) =>
+      `IdempotentClient: \`retryStatuses\` may not include ${JSON.stringify(status)}. Only 408, 409, 425, 429 and 5xx ` +
+      "statuses can be retried: any other 4xx (a 400, a 422) is the server's definite answer about the request itself, " +
+      'which the same request with the same key can only get again. Fix the request instead.',
+    budgetRatio: (value: unknown) =>
+      `RetryBudget: \`ratio\` must be a number from 0 to 1 (the share of requests that may be retried), got ${JSON.stringify(value)}.`,
+    budgetMinRetries: (value: unknown) =>
+      `RetryBudget: \`minRetries\` must be a whole number of retries allowed per window (0 or more), got ${JSON.stringify(value)}.`,
+    budgetWindow: (value: unknown) =>
+      `RetryBudget: \`window\` must be a whole number of milliseconds, at least 10, got ${JSON.stringify(value)}.`,
+    invalidKey:
+      'The idempotency key must be one or more visible ASCII characters (0x21-0x7E). Leave `key` out for a random one, ' +
+      'or build one from business identity with businessKey(...).',
+    keyInHeaders: (header: string) =>
+      `Pass the idempotency key as \`key\`, not as a ${header} header: the client sends it, the same, on every attempt.`,
+    bodyAndJson: 'Give a request either `json` or `body`, not both.',
+    body: 'A request body must be a string, a Uint8Array or an ArrayBuffer: every attempt sends the same bytes, which a stream cannot.',
+    relativeUrl:
+      'The request URL is relative but the client has no `baseUrl`: give the client a baseUrl or the request an absolute URL.',
+    outcomeUnknown: (attempts: number, reason: 'attempts' | 'deadline' | 'budget' | 'aborted') =>
+      `No answer after ${attempts} attempt${attempts === 1 ? '' : 's'} (${
+        {
+          attempts: 'no attempts left',
+          deadline: 'the deadline passed',
+          budget: "the client's retry budget is spent",
+          aborted: 'aborted by the caller',
+        }[reason]
+      }): the request may or may not have taken effect. Send it again later with the same key (error.key) to learn its outcome.`,
+    attemptTimedOut: (ms: number) => `The attempt got no complete answer within ${ms} ms.`,
+  },
+  /** Outbound calls from handlers with derived keys (`createDownstreamFetch`, `attachDownstreamKeys`, `IdempotentHttpModule`). */
+  outbound: {
+    header: (value: unknown) =>
+      `Downstream keys: \`header\` must be an HTTP header name (token characters only), got ${JSON.stringify(value)}.`,
+    methods: (value: unknown) =>
+      `Downstream keys: \`methods\` must be a list of HTTP method names, e.g. ['POST', 'PATCH'], got ${JSON.stringify(value)}.`,
+    purpose: 'Downstream keys: a call\'s `idempotencyPurpose` must be a non-empty string, e.g. "charge".',
+    repeatedCall: (method: string, path: string) =>
+      `A second ${method} ${path} in one idempotent execution, without an \`idempotencyPurpose\`: both calls would carry the ` +
+      'same derived key, so the provider would answer the second with the outcome of the first. Give each call a purpose of ' +
+      "its own (e.g. 'charge' and 'fee'); give the same purpose again only when the call is a retry of the same operation.",
+    axiosMissing:
+      'IdempotentHttpModule needs @nestjs/axios and axios: npm i @nestjs/axios axios. Or, without them, use ' +
+      'createDownstreamFetch() for fetch, or attachDownstreamKeys(instance) on an axios instance of your own.',
   },
 } as const;

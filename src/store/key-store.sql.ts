@@ -1,4 +1,5 @@
 import { sqlMarker } from './redacting-logger.js';
+import { quoteTableName } from './sql.js';
 
 /**
  * The key store's statements, one per cell group of the state table:
@@ -18,7 +19,7 @@ import { sqlMarker } from './redacting-logger.js';
  * back; `sweepBatch` deletes expired rows, never one whose lease is valid.
  *
  * Parameters: claim ($1 tenant, $2 key, $3 fingerprint, $4 owner token,
- * $5 lease ms, $6 ttl ms); complete ($1-$3 tenant, key, owner token, $4 status,
+ * $5 lease ms, $6 ttl ms, $7 lock timeout ms or null); renewLease ($1-$3, $4 lease ms); complete ($1-$3 tenant, key, owner token, $4 status,
  * $5 headers, $6 body, $7 ttl ms); recordPhase ($1-$3, $4 recovery point,
  * $5 results, $6 lease ms); release ($1-$3); sweepBatch ($1 batch size).
  *
@@ -26,77 +27,15 @@ import { sqlMarker } from './redacting-logger.js';
  */
 export function keyStoreStatements(t: string) {
   return {
-    // One statement answers every cell of the state table. `existing` reads
-    // the row on the statement's snapshot. When that row is plainly not
-    // claimable (a valid lease, a stored response, another fingerprint) the
-    // INSERT is skipped, so replays, 409s and 422s take no row lock and write
-    // no WAL. Otherwise the INSERT takes the key when it is absent, expired,
-    // or in flight with a lapsed lease and the same fingerprint, re-checking
-    // on the locked, latest row version. The snapshot can predate a row that a
-    // concurrent claim committed while this one waited on its lock: such
-    // rows come back as 'retry' (or not at all) and the claim runs again.
-    claim: `${sqlMarker('claim')}
-      WITH existing AS (
-        SELECT * FROM ${t} WHERE tenant_id = $1 AND key = $2
-      ),
-      claimed AS (
-        INSERT INTO ${t} AS k
-          (tenant_id, key, fingerprint, status, owner_token, generation, attempt, lease_expires_at, expires_at, created_at)
-        SELECT $1::text, $2::text, $3::text, 'in_flight', $4::uuid, $4::uuid, 1,
-               now() + interval '1 millisecond' * $5::float8,
-               now() + interval '1 millisecond' * $6::float8, now()
-         WHERE NOT EXISTS (
-           SELECT 1 FROM existing x
-            WHERE (x.status = 'in_flight' AND x.lease_expires_at > now())
-               OR (x.expires_at > now() AND (x.status = 'completed' OR x.fingerprint <> $3::text)))
-        ON CONFLICT (tenant_id, key) DO UPDATE SET
-          fingerprint = EXCLUDED.fingerprint,
-          status = 'in_flight',
-          owner_token = EXCLUDED.owner_token,
-          attempt = CASE WHEN k.expires_at <= now() THEN 1 ELSE k.attempt + 1 END,
-          -- Downstream keys derive from the generation: the same for a takeover (it finishes the same
-          -- work), new for a key reused after it expired (new work).
-          generation = CASE WHEN k.expires_at <= now() THEN EXCLUDED.generation ELSE COALESCE(k.generation, EXCLUDED.generation) END,
-          lease_expires_at = EXCLUDED.lease_expires_at,
-          expires_at = EXCLUDED.expires_at,
-          created_at = now(),
-          completed_at = NULL,
-          response_status = NULL,
-          response_headers = NULL,
-          response_body = NULL,
-          -- A takeover resumes the phases its predecessor recorded; a fresh claim of an expired key starts over.
-          recovery_point = CASE WHEN k.expires_at <= now() THEN NULL ELSE k.recovery_point END,
-          phase_results = CASE WHEN k.expires_at <= now() THEN NULL ELSE k.phase_results END
-        WHERE NOT (k.status = 'in_flight' AND k.lease_expires_at > now())
-          AND (k.expires_at <= now() OR (k.status = 'in_flight' AND k.fingerprint = EXCLUDED.fingerprint))
-        RETURNING k.attempt, k.generation, k.recovery_point, k.phase_results
-      )
-      SELECT 'claimed' AS state, attempt, generation::text AS generation, NULL::int AS retry_after,
-             NULL::int AS response_status, NULL::jsonb AS response_headers, NULL::bytea AS response_body,
-             recovery_point, phase_results
-        FROM claimed
-      UNION ALL
-      SELECT CASE
-               WHEN e.status = 'in_flight' AND e.lease_expires_at > now()
-                 THEN CASE WHEN e.fingerprint = $3 THEN 'in_flight' ELSE 'mismatch' END
-               WHEN e.expires_at <= now() THEN 'retry'
-               WHEN e.fingerprint <> $3 THEN 'mismatch'
-               WHEN e.status = 'completed' THEN 'completed'
-               ELSE 'retry'
-             END,
-             e.attempt,
-             NULL::text,
-             GREATEST(1, CEIL(EXTRACT(EPOCH FROM (e.lease_expires_at - now()))))::int,
-             e.response_status,
-             CASE WHEN e.fingerprint = $3 AND e.status = 'completed' THEN e.response_headers END,
-             CASE WHEN e.fingerprint = $3 AND e.status = 'completed' THEN e.response_body END,
-             NULL, NULL
-        FROM existing e
-       WHERE NOT EXISTS (SELECT 1 FROM claimed)`,
-    complete: `${sqlMarker('complete')}
-      UPDATE ${t}
-         SET status = 'completed', response_status = $4, response_headers = $5::jsonb, response_body = $6,
-             completed_at = clock_timestamp(), expires_at = clock_timestamp() + interval '1 millisecond' * $7::float8
+    // One round trip answers every cell of the state table: a short call of
+    // the claim function (see keyStoreFunctions), whose statements PostgreSQL
+    // plans once per connection. Unnamed, so PgBouncer in transaction pooling
+    // needs nothing. $7 is a lock timeout in ms (request-transaction mode), or null.
+    claim: `${sqlMarker('claim')} SELECT * FROM ${fn(t, 'claim')}($1, $2, $3, $4::uuid, $5, $6, $7)`,
+    complete: `${sqlMarker('complete')} SELECT ${fn(t, 'complete')}($1, $2, $3::uuid, $4, $5::jsonb, $6, $7) AS completed`,
+    // The heartbeat of a long handler: fenced like the completion.
+    renewLease: `${sqlMarker('renew-lease')}
+      UPDATE ${t} SET lease_expires_at = clock_timestamp() + interval '1 millisecond' * $4::float8
        WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'`,
     // Fenced like the completion; also renews the lease, so a handler that keeps
     // making progress keeps its key. Both run inside the work's transaction,
@@ -122,4 +61,119 @@ export function keyStoreStatements(t: string) {
        WHERE k.tenant_id = doomed.tenant_id AND k.key = doomed.key
          AND k.expires_at <= now() AND NOT (k.status = 'in_flight' AND k.lease_expires_at > now())`,
   } as const;
+}
+
+/** A function of the key table, named after it and in its schema: `"billing"."payment_keys_claim"`. */
+function fn(quotedTable: string, name: 'claim' | 'complete'): string {
+  return `${quotedTable.slice(0, -1)}_${name}"`;
+}
+
+/** The key table's functions, quoted as the store calls them. */
+export function keyStoreFunctionNames(tableName: string): string[] {
+  const t = quoteTableName(tableName);
+  return [fn(t, 'claim'), fn(t, 'complete')];
+}
+
+/**
+ * The functions the claim and the completion call, created by the key
+ * table's migration after the table. PL/pgSQL caches the plans of its
+ * statements per connection, so a call costs a short parse and the plan is
+ * reused, with no client-side prepared statement (which PgBouncer before
+ * 1.21 breaks in transaction pooling).
+ *
+ * The claim reads the row first and decides without locking it whenever the
+ * answer is plain (a valid lease, a stored response, another fingerprint), so
+ * replays, 409s and 422s take no row lock and write no WAL. Otherwise it
+ * inserts, or takes the row over when it expired or its lease lapsed with the
+ * same fingerprint, re-checking on the locked, latest row version. A row
+ * that changed between the read and the write (a concurrent claim committed
+ * meanwhile) is read again, up to three times; every statement of a
+ * PL/pgSQL function sees rows committed before it started.
+ *
+ * @param tableName the key table, possibly schema-qualified
+ */
+export function keyStoreFunctions(tableName: string): string[] {
+  const t = quoteTableName(tableName);
+  return [
+    `CREATE OR REPLACE FUNCTION ${fn(t, 'claim')}(
+       p_tenant text, p_key text, p_fingerprint text, p_owner uuid, p_lease_ms float8, p_ttl_ms float8, p_lock_timeout_ms float8)
+     RETURNS TABLE (state text, attempt integer, generation text, retry_after integer, response_status integer,
+                    response_headers jsonb, response_body bytea, recovery_point text, phase_results text)
+     LANGUAGE plpgsql AS $fn$
+     DECLARE
+       r ${t}%ROWTYPE;
+     BEGIN
+       IF p_lock_timeout_ms IS NOT NULL THEN
+         -- As SET LOCAL: only for the calling transaction (request-transaction mode).
+         PERFORM set_config('lock_timeout', greatest(1, ceil(p_lock_timeout_ms))::bigint || 'ms', true);
+       END IF;
+       FOR i IN 1..3 LOOP
+         SELECT * INTO r FROM ${t} k WHERE k.tenant_id = p_tenant AND k.key = p_key;
+         IF FOUND THEN
+           IF r.status = 'in_flight' AND r.lease_expires_at > now() THEN
+             RETURN QUERY SELECT CASE WHEN r.fingerprint = p_fingerprint THEN 'in_flight' ELSE 'mismatch' END, r.attempt,
+               NULL::text, greatest(1, ceil(extract(epoch FROM (r.lease_expires_at - now()))))::integer,
+               NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
+             RETURN;
+           ELSIF r.expires_at > now() AND r.fingerprint <> p_fingerprint THEN
+             RETURN QUERY SELECT 'mismatch'::text, r.attempt, NULL::text, NULL::integer,
+               NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
+             RETURN;
+           ELSIF r.expires_at > now() AND r.status = 'completed' THEN
+             RETURN QUERY SELECT 'completed'::text, r.attempt, NULL::text, NULL::integer,
+               r.response_status, r.response_headers, r.response_body, NULL::text, NULL::text;
+             RETURN;
+           END IF;
+         END IF;
+         RETURN QUERY
+           INSERT INTO ${t} AS k
+             (tenant_id, key, fingerprint, status, owner_token, generation, attempt, lease_expires_at, expires_at, created_at)
+           VALUES (p_tenant, p_key, p_fingerprint, 'in_flight', p_owner, p_owner, 1,
+                   now() + interval '1 millisecond' * p_lease_ms, now() + interval '1 millisecond' * p_ttl_ms, now())
+           ON CONFLICT (tenant_id, key) DO UPDATE SET
+             fingerprint = EXCLUDED.fingerprint,
+             status = 'in_flight',
+             owner_token = EXCLUDED.owner_token,
+             attempt = CASE WHEN k.expires_at <= now() THEN 1 ELSE k.attempt + 1 END,
+             -- Downstream keys derive from the generation: the same for a takeover (it finishes the
+             -- same work), new for a key reused after it expired (new work).
+             generation = CASE WHEN k.expires_at <= now() THEN EXCLUDED.generation
+                               ELSE coalesce(k.generation, EXCLUDED.generation) END,
+             lease_expires_at = EXCLUDED.lease_expires_at,
+             expires_at = EXCLUDED.expires_at,
+             created_at = now(),
+             completed_at = NULL,
+             response_status = NULL,
+             response_headers = NULL,
+             response_body = NULL,
+             -- A takeover resumes the phases its predecessor recorded; a fresh claim of an expired key starts over.
+             recovery_point = CASE WHEN k.expires_at <= now() THEN NULL ELSE k.recovery_point END,
+             phase_results = CASE WHEN k.expires_at <= now() THEN NULL ELSE k.phase_results END
+           WHERE NOT (k.status = 'in_flight' AND k.lease_expires_at > now())
+             AND (k.expires_at <= now() OR (k.status = 'in_flight' AND k.fingerprint = EXCLUDED.fingerprint))
+           RETURNING 'claimed'::text, k.attempt, k.generation::text, NULL::integer,
+                     NULL::integer, NULL::jsonb, NULL::bytea, k.recovery_point, k.phase_results;
+         IF FOUND THEN
+           RETURN;
+         END IF;
+       END LOOP;
+       -- The row kept changing under us: another attempt is working on this key.
+       RETURN QUERY SELECT 'in_flight'::text, NULL::integer, NULL::text, 1, NULL::integer, NULL::jsonb, NULL::bytea,
+         NULL::text, NULL::text;
+     END
+     $fn$`,
+    `CREATE OR REPLACE FUNCTION ${fn(t, 'complete')}(
+       p_tenant text, p_key text, p_owner uuid, p_status integer, p_headers jsonb, p_body bytea, p_ttl_ms float8)
+     RETURNS boolean
+     LANGUAGE plpgsql AS $fn$
+     BEGIN
+       -- Inside the work's transaction, whose now() is when it began: the TTL counts from this write instead.
+       UPDATE ${t}
+          SET status = 'completed', response_status = p_status, response_headers = p_headers, response_body = p_body,
+              completed_at = clock_timestamp(), expires_at = clock_timestamp() + interval '1 millisecond' * p_ttl_ms
+        WHERE tenant_id = p_tenant AND key = p_key AND owner_token = p_owner AND status = 'in_flight';
+       RETURN FOUND;
+     END
+     $fn$`,
+  ];
 }

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
+import type { DataSource, EntityManager } from 'typeorm';
 import {
   IdempotencyStore,
   type ClaimRef,
@@ -26,8 +26,13 @@ interface ClaimRow {
   phase_results: string | null;
 }
 
-/** How many times a claim re-reads a row that changed under its statement snapshot. */
-const CLAIM_ATTEMPTS = 3;
+/** SQLSTATE of a lock wait that ran past `lock_timeout`. */
+const LOCK_NOT_AVAILABLE = '55P03';
+
+/** The part of TypeORM's postgres driver the store uses: a connection of its pool. */
+interface PgDriver {
+  obtainMasterConnection(): Promise<[unknown, (error?: unknown) => void]>;
+}
 
 /** SQLSTATE classes and codes that mean "the database is not there", not "the query is wrong". */
 const UNAVAILABLE_SQLSTATES = new Set([
@@ -62,42 +67,78 @@ const UNAVAILABLE_MESSAGES = [
   'the database system is',
 ];
 
+/** node-postgres's client, as far as the store uses it. */
+interface PgClient {
+  query(config: { text: string; values: unknown[]; name?: string }): Promise<{ rows: unknown[]; rowCount: number | null }>;
+}
+
+/** Options of `PostgresIdempotencyStore`. */
+export interface PostgresIdempotencyStoreOptions {
+  /**
+   * Run the claim and the completion as named prepared statements. Their
+   * plans are cached per connection by the functions they call anyway; this
+   * also saves the parse of the short call. Only on direct connections, or
+   * PgBouncer 1.21+ with `max_prepared_statements`. Default false.
+   */
+  preparedStatements?: boolean;
+  /**
+   * Where claims, replays, 409/422 answers, releases and lease renewals run:
+   * a data source with a small pool of its own, so they never queue behind
+   * business transactions holding the main pool. Default: the main data source.
+   */
+  claimDataSource?: DataSource;
+}
+
 /**
  * The key store on PostgreSQL through a TypeORM `DataSource`. Every statement
  * is plain SQL with positional parameters, so it works unchanged through
- * PgBouncer in transaction pooling (no named prepared statements, no session
- * state). All time comparisons use the database clock.
+ * PgBouncer in transaction pooling (no named prepared statements unless asked
+ * for, no session state). All time comparisons use the database clock.
  */
 export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   private readonly table: string;
   private readonly sql: ReturnType<typeof keyStoreStatements>;
   private readonly sweepLockKey: string;
 
-  /**
-   * @param options.preparedStatements run the claim and the completion as
-   *   named prepared statements, so PostgreSQL parses and plans them once per
-   *   connection instead of on every request (the claim is a long statement:
-   *   this roughly halves its server CPU). Only on direct connections, or
-   *   PgBouncer 1.21+ with `max_prepared_statements`: transaction pooling in
-   *   older PgBouncers breaks named statements. Default false.
-   */
+  private readonly claims: DataSource;
+
   constructor(
     private readonly dataSource: DataSource,
     tableName: string,
-    private readonly options: { preparedStatements?: boolean } = {},
+    private readonly options: PostgresIdempotencyStoreOptions = {},
   ) {
     super();
+    this.claims = options.claimDataSource ?? dataSource;
     this.table = quoteTableName(tableName);
     this.sweepLockKey = `nest-idempotency:sweep:${tableName}`;
     this.sql = keyStoreStatements(this.table);
   }
 
-  async claim(request: ClaimRequest): Promise<ClaimResult> {
-    const params = [request.tenant, request.key, request.fingerprint, request.ownerToken, request.leaseMs, request.ttlMs];
-    for (let attempt = 1; attempt <= CLAIM_ATTEMPTS; attempt++) {
-      const rows = (await this.run('claim', this.sql.claim, params)).rows as ClaimRow[];
-      const row = rows[0];
-      if (!row || row.state === 'retry') continue;
+  /**
+   * @param tx claim inside this transaction (request-transaction mode) instead
+   *   of committing on its own; a concurrent claim of the same key then waits
+   *   on the row lock at most `lockTimeoutMs`, and a timeout reads as in flight.
+   */
+  async claim(request: ClaimRequest, tx?: EntityManager, lockTimeoutMs?: number): Promise<ClaimResult> {
+    const params = [
+      request.tenant,
+      request.key,
+      request.fingerprint,
+      request.ownerToken,
+      request.leaseMs,
+      request.ttlMs,
+      tx ? (lockTimeoutMs ?? 0) : null,
+    ];
+    let row: ClaimRow | undefined;
+    try {
+      row = (await this.run('claim', this.sql.claim, params, tx)).rows[0] as ClaimRow | undefined;
+    } catch (error) {
+      if (tx && (error as { code?: unknown }).code === LOCK_NOT_AVAILABLE) {
+        return { state: 'in-flight', retryAfterSeconds: Math.max(1, Math.ceil(request.leaseMs / 1000)) };
+      }
+      throw error;
+    }
+    if (row) {
       switch (row.state) {
         case 'claimed':
           return {
@@ -121,8 +162,11 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
           };
       }
     }
-    // The row kept changing under us: another attempt is working on this key.
     return { state: 'in-flight', retryAfterSeconds: 1 };
+  }
+
+  async renewLease(ref: ClaimRef, leaseMs: number): Promise<boolean> {
+    return (await this.run(undefined, this.sql.renewLease, [ref.tenant, ref.key, ref.ownerToken, leaseMs])).affected === 1;
   }
 
   /**
@@ -155,16 +199,19 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
 
   async complete(ref: ClaimRef, response: StoredResponse, ttlMs: number, tx?: EntityManager): Promise<boolean> {
     const params = [ref.tenant, ref.key, ref.ownerToken, response.status, JSON.stringify(response.headers), response.body, ttlMs];
-    return (await this.run('complete', this.sql.complete, params, tx?.queryRunner)).affected === 1;
+    const [row] = (await this.run('complete', this.sql.complete, params, tx, tx ? this.dataSource : this.claims)).rows as Array<{
+      completed: boolean;
+    }>;
+    return row?.completed === true;
   }
 
   async recordPhase(ref: ClaimRef, phases: PhaseState, leaseMs: number, tx?: EntityManager): Promise<boolean> {
     const params = [ref.tenant, ref.key, ref.ownerToken, phases.recoveryPoint, JSON.stringify(phases.results), leaseMs];
-    return (await this.execute(this.sql.recordPhase, params, tx?.queryRunner)) === 1;
+    return (await this.run(undefined, this.sql.recordPhase, params, tx, tx ? this.dataSource : this.claims)).affected === 1;
   }
 
   async release(ref: ClaimRef): Promise<boolean> {
-    return (await this.execute(this.sql.release, [ref.tenant, ref.key, ref.ownerToken])) === 1;
+    return (await this.run(undefined, this.sql.release, [ref.tenant, ref.key, ref.ownerToken])).affected === 1;
   }
 
   /**
@@ -190,7 +237,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       // At least one batch per run, so a tight budget still makes progress.
       for (;;) {
         const batchStarted = Date.now();
-        const count = await this.execute(this.sql.sweepBatch, [options.batchSize]);
+        const count = (await this.run(undefined, this.sql.sweepBatch, [options.batchSize], undefined, this.dataSource)).affected;
         batches++;
         deleted += count;
         if (count < options.batchSize) break;
@@ -222,48 +269,47 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     return false;
   }
 
-  /** Runs a write and returns the number of rows it affected, in `runner`'s transaction if given. */
-  private async execute(sql: string, params: unknown[], runner?: QueryRunner): Promise<number> {
-    return (await this.run(undefined, sql, params, runner)).affected;
-  }
-
   /**
-   * Runs one statement on `runner` (its transaction) or a pooled connection of
-   * its own. With `preparedStatements` and a `name`, as a named prepared
-   * statement on the pg client itself, since TypeORM cannot name one; it is
-   * still logged through the data source's logger like every other query.
-   * Either way the parameters (keys, tenants, bodies) reach neither a log nor
-   * the error it throws (see redacting-logger.ts).
+   * Runs one of the module's statements on the pg client underneath: in
+   * `tx`'s transaction when given, else on a connection of `source` taken for
+   * this one statement (by default the claim pool). TypeORM's query path is
+   * skipped, since for these short statements it costs more app CPU than the
+   * statement does; each is still logged through the data source's logger,
+   * and its parameters (keys, tenants, bodies) reach neither a log nor the
+   * error it throws (see redacting-logger.ts).
    */
   private async run(
     name: 'claim' | 'complete' | undefined,
     sql: string,
     params: unknown[],
-    runner?: QueryRunner,
+    tx?: EntityManager,
+    source: DataSource = this.claims,
   ): Promise<{ rows: unknown[]; affected: number }> {
-    installRedactingLogger(this.dataSource);
-    const own = runner ? undefined : this.dataSource.createQueryRunner();
-    const active = (runner ?? own)!;
+    installRedactingLogger(source);
+    const runner = tx?.queryRunner;
+    let client: PgClient;
+    let release: ((error?: unknown) => void) | undefined;
+    if (runner) {
+      client = (await runner.connect()) as PgClient;
+    } else {
+      [client, release] = (await (source.driver as unknown as PgDriver).obtainMasterConnection()) as [
+        PgClient,
+        (error?: unknown) => void,
+      ];
+    }
+    let failure: unknown;
     try {
-      if (name && this.options.preparedStatements) {
-        const client = (await active.connect()) as {
-          query(config: { name: string; text: string; values: unknown[] }): Promise<{ rows: unknown[]; rowCount: number | null }>;
-        };
-        this.dataSource.logger.logQuery(sql, params, active);
-        try {
-          const result = await client.query({ name: this.statementName(name), text: sql, values: params });
-          return { rows: result.rows, affected: result.rowCount ?? 0 };
-        } catch (error) {
-          this.dataSource.logger.logQueryError(error as Error, sql, params, active);
-          throw error;
-        }
-      }
-      const result = (await active.query(sql, params, true)) as { records?: unknown[]; affected?: number };
-      return { rows: result.records ?? [], affected: result.affected ?? 0 };
+      source.logger.logQuery(sql, params, runner);
+      const named = name && this.options.preparedStatements ? { name: this.statementName(name) } : {};
+      const result = await client.query({ text: sql, values: params, ...named });
+      return { rows: result.rows, affected: result.rowCount ?? 0 };
     } catch (error) {
+      failure = error;
+      source.logger.logQueryError(error as Error, sql, params, runner);
       throw redactQueryError(error, params);
     } finally {
-      await own?.release();
+      // A connection that failed is dropped from the pool rather than handed to the next caller.
+      release?.(failure !== undefined && this.isUnavailableError(failure) ? failure : undefined);
     }
   }
 

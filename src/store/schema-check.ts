@@ -11,6 +11,7 @@ import {
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { IdempotencyStore } from './idempotency-store.js';
 import { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
+import { keyStoreFunctionNames, keyStoreFunctions } from './key-store.sql.js';
 import { KEY_TABLE_COLUMNS, OUTBOX_TABLE_COLUMNS, quoteTableName } from './sql.js';
 
 /** A table the module needs, with the columns it must have and what creates it. */
@@ -100,6 +101,36 @@ export class IdempotencySchemaCheck implements OnModuleInit {
     if (this.store instanceof PostgresIdempotencyStore) tables.push(keyTable(this.options.tableName));
     if (this.options.outbox.configured) tables.push(outboxTable(this.options.outbox.tableName));
     const problems = await findSchemaProblems(this.dataSource, tables);
+    if (problems.length === 0 && this.store instanceof PostgresIdempotencyStore) {
+      problems.push(...(await this.checkFunctions(keyTable(this.options.tableName))));
+    }
     if (problems.length > 0) throw new IdempotencyConfigurationError(problems.join('\n'));
   }
+
+  /**
+   * The claim and completion functions. With `synchronize: true` TypeORM
+   * made the table from the entity and knows nothing of functions, so the
+   * module creates them itself (idempotent, under the migration's lock);
+   * otherwise a missing one names the migration.
+   */
+  private async checkFunctions(table: RequiredTable): Promise<string[]> {
+    const missing = await missingFunctions(this.dataSource, table.name);
+    if (missing.length === 0) return [];
+    if (!this.dataSource.options.synchronize) return [messages.config.functionsMissing(table, missing)];
+    await this.dataSource.transaction(async (tx) => {
+      await tx.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`nest-idempotency:migrate:${table.name}`]);
+      for (const statement of keyStoreFunctions(table.name)) await tx.query(statement);
+    });
+    return [];
+  }
+}
+
+/** Which of the key table's functions (`keyStoreFunctions`) do not exist, as the store names them. */
+async function missingFunctions(dataSource: DataSource, tableName: string): Promise<string[]> {
+  const names = keyStoreFunctionNames(tableName);
+  const [row] = (await dataSource.query(
+    'SELECT ARRAY(SELECT n FROM unnest($1::text[]) n WHERE to_regproc(n) IS NULL) AS missing',
+    [names],
+  )) as Array<{ missing: string[] }>;
+  return row.missing;
 }

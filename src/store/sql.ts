@@ -1,3 +1,5 @@
+import { keyStoreFunctions } from './key-store.sql.js';
+
 /** Quotes a possibly schema-qualified table name (`schema.table`) as SQL identifiers. */
 export function quoteTableName(name: string): string {
   return name
@@ -48,8 +50,9 @@ export const OUTBOX_TABLE_COLUMNS: readonly string[] = [
 ];
 
 /**
- * The row-level DDL of the key table, shared by the migration and the
- * documentation so they cannot drift. `expires_at` carries the sweeper's index.
+ * The DDL of the key table, shared by the migration and the documentation so
+ * they cannot drift: the table, the sweeper's index on `expires_at`, and the
+ * claim and completion functions (see `keyStoreFunctions`).
  */
 export function createTableStatements(tableName: string): string[] {
   const table = quoteTableName(tableName);
@@ -76,6 +79,7 @@ export function createTableStatements(tableName: string): string[] {
       PRIMARY KEY (tenant_id, key)
     )`,
     `CREATE INDEX IF NOT EXISTS ${indexName} ON ${table} (expires_at)`,
+    ...keyStoreFunctions(tableName),
   ];
 }
 
