@@ -79,7 +79,10 @@ describe('checkout phases under SIGKILL', () => {
       const order = final!.json();
       expect(order).toMatchObject({ id: ordersAfterCrash.rows[0].id, status: 'paid' });
 
-      const derived = deriveKey({ tenant: 'tenant-a', key }, 'charge', { maxLength: 64 });
+      // The takeover kept the crashed attempt's generation, so it derived the same provider key.
+      const generation = (await db.keyRow(key)).generation as string;
+      expect(generation).toBe(row.generation);
+      const derived = deriveKey({ tenant: 'tenant-a', key, generation }, 'charge', { maxLength: 64 });
       const providerCharges = await count('SELECT count(*) FROM provider_charges WHERE idempotency_key = $1', [derived]);
       const orders = await count('SELECT count(*) FROM orders WHERE customer = $1', [customer]);
       let receipts = 0;
