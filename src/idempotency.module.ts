@@ -4,7 +4,7 @@ import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { IdempotencyConfigurationError } from './errors/configuration.error.js';
 import { messages } from './errors/messages.js';
-import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS } from './idempotency.constants.js';
+import { IDEMPOTENCY_CLAIM_DATA_SOURCE, IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS } from './idempotency.constants.js';
 import { IdempotentRoutes } from './http/route-settings.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import {
@@ -20,6 +20,7 @@ import {
   type ResolvedIdempotencyOptions,
 } from './idempotency.options.js';
 import { IdempotencyService } from './idempotency.service.js';
+import { ClaimPoolLifecycle, openClaimPool } from './store/claim-pool.js';
 import { IdempotencyStore } from './store/idempotency-store.js';
 import { PostgresIdempotencyStore } from './store/postgres-idempotency.store.js';
 import { IdempotencySchemaCheck } from './store/schema-check.js';
@@ -70,13 +71,24 @@ export class IdempotencyModule extends ConfigurableModuleClass {
       },
       { provide: IDEMPOTENCY_DATA_SOURCE, useExisting: getDataSourceToken(extras.dataSource) },
       { provide: QUERY_LOG_REDACTION, useFactory: installRedactingLogger, inject: [IDEMPOTENCY_DATA_SOURCE] },
+      {
+        provide: IDEMPOTENCY_CLAIM_DATA_SOURCE,
+        // Only the module's own store uses it; a store you bring manages its connections.
+        useFactory: (dataSource: DataSource, options: ResolvedIdempotencyOptions) =>
+          extras.store ? undefined : openClaimPool(dataSource, options.reservedConnections),
+        inject: [IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS],
+      },
+      ClaimPoolLifecycle,
       extras.store
         ? { provide: IdempotencyStore, useClass: extras.store }
         : {
             provide: IdempotencyStore,
-            useFactory: (dataSource: DataSource, options: ResolvedIdempotencyOptions) =>
-              new PostgresIdempotencyStore(dataSource, options.tableName, { preparedStatements: options.preparedStatements }),
-            inject: [IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS],
+            useFactory: (dataSource: DataSource, options: ResolvedIdempotencyOptions, claims: DataSource | undefined) =>
+              new PostgresIdempotencyStore(dataSource, options.tableName, {
+                preparedStatements: options.preparedStatements,
+                claimDataSource: claims,
+              }),
+            inject: [IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS, IDEMPOTENCY_CLAIM_DATA_SOURCE],
           },
       IdempotencyService,
       TransactionHost,

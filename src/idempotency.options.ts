@@ -10,6 +10,7 @@ import {
   DEFAULT_SWEEP_INTERVAL_MS,
   DEFAULT_SWEEP_MAX_DURATION_MS,
   DEFAULT_OUTBOX_TABLE_NAME,
+  DEFAULT_RESERVED_CONNECTIONS,
   DEFAULT_TABLE_NAME,
   DEFAULT_TTL_MS,
   DEFAULT_UNAVAILABLE_RETRY_AFTER_S,
@@ -136,6 +137,12 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
    * 1.21+ with `max_prepared_statements`. Default `false`.
    */
   preparedStatements?: boolean;
+  /**
+   * Connections of a small pool of the module's own, for claims, replays,
+   * 409/422 answers, releases and lease renewals, so they never queue behind
+   * business transactions. `0` shares the app's pool. Default 2.
+   */
+  reservedConnections?: number;
   /** The scheduled sweeper (needs `ScheduleModule.forRoot()`), or `false` to disable it. Default: enabled, every 60 s. */
   sweep?: SweepSchedule | false;
   /** The transactional outbox. */
@@ -160,6 +167,7 @@ export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
   tableName: string;
   unavailableRetryAfter: number;
   preparedStatements: boolean;
+  reservedConnections: number;
   /** How a sweep runs, scheduled (`scheduled`) or called through `IdempotencyService.sweep()`. */
   sweep: { scheduled: boolean; intervalMs: number; batchSize: number; maxDurationMs: number; dutyCycle: number };
   outbox: ResolvedOutboxOptions;
@@ -215,6 +223,7 @@ export function resolveIdempotencyOptions(options: IdempotencyModuleOptions | un
     tableName,
     unavailableRetryAfter,
     preparedStatements: booleanOption(options.preparedStatements ?? false, 'preparedStatements'),
+    reservedConnections: nonNegativeInteger(options.reservedConnections ?? DEFAULT_RESERVED_CONNECTIONS, 'reservedConnections'),
     sweep: resolveSweep(options.sweep),
     outbox: resolveOutbox(options.outbox),
   };
@@ -229,6 +238,11 @@ function tableNameOption(value: unknown, name: string): string {
 
 function booleanOption(value: unknown, name: string): boolean {
   if (typeof value !== 'boolean') throw new IdempotencyConfigurationError(messages.config.boolean(`IdempotencyModule: ${name}`));
+  return value;
+}
+
+function nonNegativeInteger(value: number, name: string): number {
+  if (!Number.isInteger(value) || value < 0) throw new IdempotencyConfigurationError(messages.config.nonNegative(name, value));
   return value;
 }
 

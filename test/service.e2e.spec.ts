@@ -183,8 +183,13 @@ describe.each(ADAPTERS)('preparedStatements over %s', (adapter) => {
     const schema = await freshSchema(`prepared_${adapter}`);
     await createTables(schema);
     const counter = new QueryCounter();
-    // A pool of one: the handler runs on the connection the claim used.
-    const api = await startTestApp(adapter, schema, { preparedStatements: true }, { logger: counter, poolSize: 1 });
+    // A pool of one, shared with the claims: the handler runs on the connection the claim used.
+    const api = await startTestApp(
+      adapter,
+      schema,
+      { preparedStatements: true, reservedConnections: 0 },
+      { logger: counter, poolSize: 1 },
+    );
     try {
       counter.reset();
       const first = await post(api.url, '/items', { label: 'p' }, 'p1');

@@ -30,6 +30,8 @@ export const messages = {
       `IdempotencyModule: \`${name}\` must be a plain SQL identifier, optionally schema-qualified (e.g. "public.idempotency_keys"), got ${JSON.stringify(value)}.`,
     dataSource:
       'IdempotencyModule: `dataSource` must be the non-empty name of a TypeORM data source, or left out for the default one.',
+    nonNegative: (name: string, value: unknown) =>
+      `IdempotencyModule: \`${name}\` must be a whole number, 0 or more, got ${String(value)}.`,
     positive: (name: string, value: unknown) =>
       `IdempotencyModule: \`${name}\` must be a positive integer, got ${String(value)}.`,
     duration: (name: string, value: unknown) =>

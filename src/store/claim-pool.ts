@@ -1,0 +1,47 @@
+import { Inject, Injectable, type OnApplicationShutdown } from '@nestjs/common';
+import { DataSource, type DataSourceOptions } from 'typeorm';
+import { IDEMPOTENCY_CLAIM_DATA_SOURCE } from '../idempotency.constants.js';
+import { installRedactingLogger } from './redacting-logger.js';
+
+/**
+ * A second data source on the same database with a small pool of its own,
+ * for the module's short statements: claims, replays, 409 and 422 answers,
+ * releases and lease renewals. They then never queue for a connection behind
+ * business transactions (slow handlers holding the main pool), and a storm's
+ * duplicates never queue in front of the owner's own transaction.
+ *
+ * It copies the main data source's connection options (URL, credentials,
+ * `extra` such as `search_path`, SSL, replication) and none of its entities,
+ * migrations or schema sync.
+ *
+ * @returns undefined when `size` is 0 (share the main pool), or when the main
+ *   data source is not initialised yet (`manualInitialization`)
+ */
+export async function openClaimPool(main: DataSource, size: number): Promise<DataSource | undefined> {
+  if (size === 0 || !main.isInitialized) return undefined;
+  const options = main.options as DataSourceOptions & { extra?: Record<string, unknown>; poolSize?: number };
+  const pool = new DataSource({
+    ...options,
+    poolSize: size,
+    extra: { ...(options.extra ?? {}), max: size },
+    entities: [],
+    subscribers: [],
+    migrations: [],
+    synchronize: false,
+    migrationsRun: false,
+    dropSchema: false,
+  } as DataSourceOptions);
+  await pool.initialize();
+  installRedactingLogger(pool);
+  return pool;
+}
+
+/** Closes the claim pool with the app, after everything that uses it has stopped. */
+@Injectable()
+export class ClaimPoolLifecycle implements OnApplicationShutdown {
+  constructor(@Inject(IDEMPOTENCY_CLAIM_DATA_SOURCE) private readonly pool: DataSource | undefined) {}
+
+  async onApplicationShutdown(): Promise<void> {
+    if (this.pool?.isInitialized) await this.pool.destroy();
+  }
+}
