@@ -34,6 +34,15 @@ export { TransactionHost } from './transaction/transaction-host.js';
 export { TxManager } from './transaction/tx-manager.decorator.js';
 export { Phased } from './transaction/phased.decorator.js';
 export { DownstreamKeys } from './transaction/downstream-keys.js';
+export type { DownstreamKeyOptions } from './outbound/downstream-request-key.js';
+export {
+  createDownstreamFetch,
+  type DownstreamFetch,
+  type DownstreamFetchOptions,
+  type DownstreamRequestInit,
+} from './outbound/downstream-fetch.js';
+export { attachDownstreamKeys, downstreamPurpose, type AxiosInstanceLike } from './outbound/axios-downstream-keys.js';
+export { IdempotentHttpModule, type IdempotentHttpModuleOptions } from './outbound/idempotent-http.module.js';
 export { Phases } from './core/phases.js';
 export { deriveKey, businessKey, businessKeyWithin, type DeriveKeyOptions } from './core/derived-keys.js';
 export {
