@@ -35,7 +35,8 @@ export interface DownstreamFetchOptions extends DownstreamKeyOptions {
 export function createDownstreamFetch(options: DownstreamFetchOptions = {}): DownstreamFetch {
   const { fetch: wrapped, ...keyOptions } = options;
   const resolved = resolveDownstreamKeyOptions(keyOptions);
-  return (input, init = {}) => {
+  // Async, so that a refusal (a repeated call without a purpose) rejects as a failed fetch does, rather than throwing.
+  return async (input, init = {}) => {
     const { idempotencyPurpose, ...rest } = init;
     const fetchFunction = wrapped ?? globalThis.fetch;
     const request = input instanceof Request ? input : undefined;
