@@ -11,6 +11,9 @@ export const DEFAULT_LEASE_MS = 30_000;
 export const DEFAULT_MAX_KEY_LENGTH = 255;
 export const DEFAULT_TABLE_NAME = 'idempotency_keys';
 export const DEFAULT_OUTBOX_TABLE_NAME = 'outbox_messages';
+export const DEFAULT_LEDGER_TABLE_NAME = 'effect_ledger';
+/** Deliveries of a failing message before it is dead-lettered. */
+export const DEFAULT_MAX_DELIVERIES = 5;
 export const DEFAULT_UNAVAILABLE_RETRY_AFTER_S = 5;
 export const DEFAULT_SWEEP_INTERVAL_MS = 60_000;
 export const DEFAULT_SWEEP_BATCH_SIZE = 250;

@@ -30,6 +30,9 @@ import { Outbox } from './outbox/outbox.js';
 import { OutboxRelay } from './outbox/outbox-relay.js';
 import { DownstreamKeys } from './transaction/downstream-keys.js';
 import { TransactionHost } from './transaction/transaction-host.js';
+import { EffectLedger } from './ledger/effect-ledger.js';
+import { IdempotentMessageInterceptor } from './rpc/idempotent-message.interceptor.js';
+import { IdempotentResolverInterceptor } from './graphql/idempotent-resolver.interceptor.js';
 
 const EXPORTS = [
   IdempotencyService,
@@ -39,6 +42,9 @@ const EXPORTS = [
   OutboxRelay,
   IdempotencyStore,
   IdempotencyInterceptor,
+  IdempotentMessageInterceptor,
+  IdempotentResolverInterceptor,
+  EffectLedger,
   // The interceptor is instantiated in each controller's module, so what it injects must be exported.
   IdempotentRoutes,
   IdempotencySweeper,
@@ -97,6 +103,9 @@ export class IdempotencyModule extends ConfigurableModuleClass {
       OutboxRelay,
       IdempotentRoutes,
       IdempotencyInterceptor,
+      IdempotentMessageInterceptor,
+      IdempotentResolverInterceptor,
+      EffectLedger,
       IdempotencySweeper,
       IdempotencySchemaCheck,
     ];

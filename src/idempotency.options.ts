@@ -3,6 +3,8 @@ import ms from 'ms';
 import {
   DEFAULT_HEADER,
   DEFAULT_LEASE_MS,
+  DEFAULT_LEDGER_TABLE_NAME,
+  DEFAULT_MAX_DELIVERIES,
   DEFAULT_MAX_KEY_LENGTH,
   DEFAULT_REPLAY_HEADERS,
   DEFAULT_SWEEP_BATCH_SIZE,
@@ -32,6 +34,9 @@ export type TenantResolver = (context: ExecutionContext) => string | null | unde
 
 /** Computes what identifies "the same request"; the returned value is hashed in canonical JSON form. */
 export type FingerprintFunction = (context: ExecutionContext) => unknown;
+
+/** Reads the key of a message or a GraphQL mutation from its execution context; nothing means "no key". */
+export type KeyExtractor = (context: ExecutionContext) => string | null | undefined;
 
 /**
  * What to do with the key when the handler throws an `HttpException` (e.g. a
@@ -116,6 +121,28 @@ export interface IdempotencyRouteOptions {
    * a takeover resumes after the last one. Default `false`.
    */
   phases?: boolean;
+  /**
+   * Message handlers and GraphQL resolvers only (an HTTP route's key is always
+   * its header): where the key comes from. A string names a field of the
+   * message payload (of the mutation's arguments for a resolver); a function
+   * reads it from the execution context. Default: for a message, the broker's
+   * message id (RabbitMQ `messageId`, the NATS `Nats-Msg-Id` header), else the
+   * payload's `idempotencyKey` field; for a mutation, the `header` of its HTTP
+   * request, else its `idempotencyKey` argument.
+   */
+  key?: string | KeyExtractor;
+  /**
+   * Message handlers only: deliveries of a message whose handler keeps failing
+   * (counted by its key's attempts, and by the broker where it counts them)
+   * before the message is dead-lettered instead of redelivered. Default 5.
+   */
+  maxDeliveries?: number;
+}
+
+/** The effect ledger (see `EffectLedger`): business keys recorded once, forever. */
+export interface EffectLedgerOptions {
+  /** Table of the recorded effects, optionally schema-qualified. Default `'effect_ledger'`. */
+  tableName?: string;
 }
 
 export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
@@ -147,6 +174,8 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
   sweep?: SweepSchedule | false;
   /** The transactional outbox. */
   outbox?: OutboxOptions;
+  /** The effect ledger; given, the start-up schema check requires its table. */
+  ledger?: EffectLedgerOptions;
 }
 
 export interface ResolvedRouteOptions {
@@ -157,6 +186,8 @@ export interface ResolvedRouteOptions {
   onError: FailurePolicy;
   fingerprint?: FingerprintFunction;
   phases: boolean;
+  key?: string | KeyExtractor;
+  maxDeliveries: number;
 }
 
 export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
@@ -171,6 +202,8 @@ export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
   /** How a sweep runs, scheduled (`scheduled`) or called through `IdempotencyService.sweep()`. */
   sweep: { scheduled: boolean; intervalMs: number; batchSize: number; maxDurationMs: number; dutyCycle: number };
   outbox: ResolvedOutboxOptions;
+  /** `configured`: the `ledger` option was given, so the start-up schema check requires its table. */
+  ledger: { tableName: string; configured: boolean };
 }
 
 export interface ResolvedOutboxOptions {
@@ -226,6 +259,10 @@ export function resolveIdempotencyOptions(options: IdempotencyModuleOptions | un
     reservedConnections: nonNegativeInteger(options.reservedConnections ?? DEFAULT_RESERVED_CONNECTIONS, 'reservedConnections'),
     sweep: resolveSweep(options.sweep),
     outbox: resolveOutbox(options.outbox),
+    ledger: {
+      tableName: tableNameOption(options.ledger?.tableName ?? DEFAULT_LEDGER_TABLE_NAME, 'ledger.tableName'),
+      configured: options.ledger !== undefined,
+    },
   };
 }
 
@@ -297,7 +334,15 @@ export function resolveRouteOptions(
   }
   const phases = options.phases ?? defaults?.phases ?? false;
   if (typeof phases !== 'boolean') throw new IdempotencyConfigurationError(messages.config.boolean(`${where}: phases`));
-  return { required, ttlMs, leaseMs, onHttpException, onError, fingerprint, phases };
+  const key = options.key ?? defaults?.key;
+  if (key !== undefined && typeof key !== 'function' && (typeof key !== 'string' || key === '')) {
+    throw new IdempotencyConfigurationError(messages.config.keyOption(where, key));
+  }
+  const maxDeliveries = positiveInteger(
+    options.maxDeliveries ?? defaults?.maxDeliveries ?? DEFAULT_MAX_DELIVERIES,
+    `${where}: maxDeliveries`,
+  );
+  return { required, ttlMs, leaseMs, onHttpException, onError, fingerprint, phases, key, maxDeliveries };
 }
 
 function resolveSweep(sweep: SweepSchedule | false | undefined): ResolvedIdempotencyOptions['sweep'] {

@@ -3,9 +3,15 @@ import { PATH_METADATA } from '@nestjs/common/constants.js';
 import { IDEMPOTENT_METADATA, SKIP_IDEMPOTENCY_METADATA } from './idempotency.constants.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import type { IdempotencyRouteOptions } from './idempotency.options.js';
+import { IdempotentMessageInterceptor } from './rpc/idempotent-message.interceptor.js';
+import { IdempotentResolverInterceptor } from './graphql/idempotent-resolver.interceptor.js';
 import { idempotencyContext } from './transaction/idempotency-context.js';
 
+/** One per kind of entry point; each lets the others' contexts (`http`, `rpc`, `graphql`) pass through untouched. */
+const INTERCEPTORS = [IdempotencyInterceptor, IdempotentMessageInterceptor, IdempotentResolverInterceptor];
+
 const MARKED = Symbol('nest-idempotency:marked-handler');
+const MESSAGE_PATTERN = 'microservices:pattern';
 
 /**
  * Makes a route (or every route of a controller) idempotent. Options override
@@ -21,7 +27,7 @@ export function Idempotent(options: IdempotencyRouteOptions = {}): ClassDecorato
     if (descriptor) {
       descriptor.value = markHandlerStart(descriptor.value as (...args: unknown[]) => unknown);
       SetMetadata(IDEMPOTENT_METADATA, options)(target, propertyKey!, descriptor);
-      UseInterceptors(IdempotencyInterceptor)(target, propertyKey!, descriptor);
+      UseInterceptors(...INTERCEPTORS)(target, propertyKey!, descriptor);
       return descriptor;
     }
     const prototype = (target as { prototype: Record<string | symbol, unknown> }).prototype;
@@ -30,7 +36,7 @@ export function Idempotent(options: IdempotencyRouteOptions = {}): ClassDecorato
       Object.defineProperty(prototype, name, { value: markHandlerStart(handler), writable: true, configurable: true });
     }
     SetMetadata(IDEMPOTENT_METADATA, options)(target as never);
-    UseInterceptors(IdempotencyInterceptor)(target as never);
+    UseInterceptors(...INTERCEPTORS)(target as never);
     return target;
   }) as ClassDecorator & MethodDecorator;
 }
@@ -69,7 +75,10 @@ function routeHandlerNames(prototype: object): Array<string | symbol> {
     for (const name of Reflect.ownKeys(proto)) {
       if (name === 'constructor') continue;
       const value = Object.getOwnPropertyDescriptor(proto, name)?.value;
-      if (typeof value === 'function' && Reflect.hasOwnMetadata(PATH_METADATA, value)) names.add(name);
+      // HTTP routes, and message handlers (`@EventPattern`/`@MessagePattern` set 'microservices:pattern').
+      if (typeof value === 'function' && (Reflect.hasOwnMetadata(PATH_METADATA, value) || Reflect.hasOwnMetadata(MESSAGE_PATTERN, value))) {
+        names.add(name);
+      }
     }
   }
   return [...names];

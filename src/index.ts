@@ -59,3 +59,7 @@ export { OutboxRelay, type OutboxHandler, type RelayReport } from './outbox/outb
 export type { OutboxStore, OutboxMessage } from './outbox/outbox.store.js';
 export { createOutboxMigration, CreateOutboxMessages1764547200000 } from './outbox/outbox.migration.js';
 export type { OutboxOptions, OutboxRelayOptions } from './idempotency.options.js';
+export type { EffectLedgerOptions, KeyExtractor } from './idempotency.options.js';
+export { EffectLedger, EffectLedgerUsageError, type EffectKeyOptions } from './ledger/effect-ledger.js';
+export { createEffectLedgerMigration, CreateEffectLedger1764806400000 } from './ledger/effect-ledger.migration.js';
+export { IdempotencyGraphQLError, type IdempotencyErrorExtensions } from './graphql/graphql-problem.js';

@@ -1,6 +1,6 @@
 /** A table the start-up schema check requires, and what creates it. */
 export interface TableFix {
-  what: 'key' | 'outbox';
+  what: 'key' | 'outbox' | 'ledger';
   name: string;
   /** The migration to run, e.g. `CreateIdempotencyKeys1764460800000` or `createIdempotencyKeysMigration('billing.keys')`. */
   migration: string;
@@ -41,6 +41,9 @@ export const messages = {
       `IdempotencyModule: \`sweep.dutyCycle\` must be a number greater than 0 and at most 1 (the share of a run spent deleting), got ${JSON.stringify(value)}.`,
     policy: (name: string, value: unknown) => `${name} must be 'store', 'release' or 'keep', got ${JSON.stringify(value)}.`,
     fingerprint: (where: string) => `${where}: \`fingerprint\` must be a function (context) => value.`,
+    keyOption: (where: string, value: unknown) =>
+      `${where}: \`key\` must name a field of the message payload (or of the mutation's arguments), e.g. 'refundId', or be a ` +
+      `function (context) => string that reads the key, got ${JSON.stringify(value) ?? String(value)}.`,
     routes: (problems: string[]) =>
       `IdempotencyModule: ${problems.length === 1 ? 'a route is' : `${problems.length} routes are`} misconfigured:\n` +
       problems.map((p) => `  - ${p}`).join('\n'),
@@ -169,5 +172,52 @@ export const messages = {
     axiosMissing:
       'IdempotentHttpModule needs @nestjs/axios and axios: npm i @nestjs/axios axios. Or, without them, use ' +
       'createDownstreamFetch() for fetch, or attachDownstreamKeys(instance) on an axios instance of your own.',
+  },
+  /** The effect ledger (`EffectLedger`). */
+  ledger: {
+    noTransaction:
+      'EffectLedger.once() needs a transaction: call it inside an @Idempotent() handler or IdempotencyService.execute() ' +
+      '(it joins their transaction), or pass the EntityManager of a transaction of your own. A ledger row that commits ' +
+      'apart from its effect proves nothing.',
+    tenant:
+      'EffectLedger: no tenant. Inside an idempotent execution the ledger uses its tenant; elsewhere pass { tenant }. ' +
+      'There is no shared fallback scope.',
+    key: (value: unknown) =>
+      `EffectLedger: the business key must be a non-empty string such as 'order:1042:capture' (businessKey() builds one), got ${
+        JSON.stringify(value) ?? String(value)
+      }.`,
+    scope: (value: unknown) => `EffectLedger: \`scope\` must be a non-empty string, got ${JSON.stringify(value) ?? String(value)}.`,
+  },
+  /** Idempotent message handlers (`@Idempotent()` on `@EventPattern` / `@MessagePattern`); no message names a key or a payload. */
+  consumer: {
+    deadLettered: (route: string, reason: string) => `A message for ${route} was dead-lettered: ${reason}.`,
+    missingKey:
+      'it carries no idempotency key (give it a RabbitMQ messageId, a Nats-Msg-Id header or an idempotencyKey field, ' +
+      'or set `key` in @Idempotent() to read it elsewhere)',
+    invalidKey: (maxLength: number) => `its idempotency key is not 1 to ${maxLength} visible ASCII characters`,
+    tenantUnresolved:
+      'the tenant resolver returned nothing or threw for it; it was not run in a shared scope. Make the resolver handle ' +
+      "messages (ctx.getType() === 'rpc')",
+    unrepresentable: (reason: string) => `it cannot be fingerprinted: ${reason}`,
+    mismatch: 'its idempotency key was already used by a different message (another pattern or payload)',
+    rejected: 'it was rejected before the handler ran (a pipe or a guard); it would be rejected again',
+    failed: (attempts: number) => `its handler failed on ${attempts} deliveries (maxDeliveries)`,
+    handlerFailed: (route: string, attempt: number, max: number, delaySeconds: number) =>
+      `The handler of ${route} failed (delivery ${attempt} of at most ${max}); the message is redelivered in ${delaySeconds} s.`,
+    requeued: (route: string, delaySeconds: number, why: string) =>
+      `A message for ${route} is requeued in ${delaySeconds} s: ${why}.`,
+    inFlight: 'another delivery of the same key holds it',
+    leaseLost: 'this delivery outran its lease and was rolled back; another delivery holds the key',
+    unavailable: 'the idempotency store cannot be reached',
+    settleFailed: (route: string, action: string, reason: string) =>
+      `Could not ${action} a message for ${route}: ${reason}. The broker redelivers it when its channel or ack timer ` +
+      'ends. With RabbitMQ, consume with `noAck: false`: the module acknowledges each message itself, after its commit.',
+  },
+  /** Idempotent GraphQL mutations (`@Idempotent()` on a resolver). */
+  graphql: {
+    noRequest:
+      'The GraphQL context carries no HTTP request, so the idempotency key header cannot be read. Put the request in the ' +
+      'context (Apollo on Express: `context: ({ req }) => ({ req })`; on Fastify: `context: (req) => ({ req })`), or ' +
+      'pass the key as an argument and name it with `key` in @Idempotent().',
   },
 } as const;

@@ -1,5 +1,11 @@
 import { Inject, Injectable, type OnModuleInit, type Type } from '@nestjs/common';
-import { PATH_METADATA, RESPONSE_PASSTHROUGH_METADATA, ROUTE_ARGS_METADATA, SSE_METADATA } from '@nestjs/common/constants.js';
+import {
+  ENTRY_PROVIDER_WATERMARK,
+  PATH_METADATA,
+  RESPONSE_PASSTHROUGH_METADATA,
+  ROUTE_ARGS_METADATA,
+  SSE_METADATA,
+} from '@nestjs/common/constants.js';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { IdempotencyConfigurationError } from '../errors/configuration.error.js';
@@ -19,6 +25,24 @@ export interface RouteSettings {
 }
 
 type Handler = (...args: unknown[]) => unknown;
+
+/**
+ * Set by `@EventPattern`/`@MessagePattern` (@nestjs/microservices) and by
+ * `@Mutation`/`@Query` (@nestjs/graphql) on their handlers; spelled out so
+ * the core never loads those optional packages.
+ */
+const MESSAGE_PATTERN_METADATA = 'microservices:pattern';
+const GRAPHQL_RESOLVER_METADATA = 'graphql:resolver_type';
+
+/** Whether `handler` is an entry point Nest calls: an HTTP route, a message handler or a GraphQL resolver. */
+function isEntryPoint(handler: unknown): handler is Handler {
+  return (
+    typeof handler === 'function' &&
+    (Reflect.hasMetadata(PATH_METADATA, handler) ||
+      Reflect.hasMetadata(MESSAGE_PATTERN_METADATA, handler) ||
+      Reflect.hasMetadata(GRAPHQL_RESOLVER_METADATA, handler))
+  );
+}
 
 /**
  * The settings of every idempotent route, worked out once at start-up by a
@@ -41,14 +65,19 @@ export class IdempotentRoutes implements OnModuleInit {
 
   onModuleInit(): void {
     const problems: string[] = [];
-    for (const wrapper of this.discovery.getControllers()) {
+    // Controllers hold HTTP routes and message handlers; GraphQL resolvers are providers marked as entry points.
+    const resolvers = this.discovery.getProviders().filter((wrapper) => {
+      const metatype = wrapper.metatype as Type | undefined | null;
+      return !!metatype?.prototype && Reflect.getMetadata(ENTRY_PROVIDER_WATERMARK, metatype) === true;
+    });
+    for (const wrapper of [...this.discovery.getControllers(), ...resolvers]) {
       const controller = wrapper.metatype as Type | undefined;
       if (!controller?.prototype) continue;
       for (const name of this.scanner.getAllMethodNames(controller.prototype)) {
         const handler = (controller.prototype as Record<string, unknown>)[name];
-        if (typeof handler !== 'function' || !Reflect.hasMetadata(PATH_METADATA, handler)) continue;
+        if (!isEntryPoint(handler)) continue;
         try {
-          this.get(controller, handler as Handler);
+          this.get(controller, handler);
         } catch (error) {
           if (!(error instanceof IdempotencyConfigurationError)) throw error;
           problems.push(error.message);
@@ -76,7 +105,8 @@ export class IdempotentRoutes implements OnModuleInit {
     const raw = this.reflector.getAllAndOverride<IdempotencyRouteOptions | undefined>(IDEMPOTENT_METADATA, targets);
     if (skipped || !raw) return null;
     const name = `${controller.name}.${handler.name}`;
-    const unreplayable = unreplayableReason(controller, handler);
+    // Only HTTP routes can write the response themselves; other handlers' parameter types use other numbers.
+    const unreplayable = Reflect.hasMetadata(PATH_METADATA, handler) ? unreplayableReason(controller, handler) : undefined;
     if (unreplayable) throw new IdempotencyConfigurationError(messages.config.unreplayableRoute(name, unreplayable));
     return { name, options: resolveRouteOptions(raw, this.options, `@Idempotent() on ${name}`) };
   }

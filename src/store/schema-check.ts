@@ -13,6 +13,7 @@ import { IdempotencyStore } from './idempotency-store.js';
 import { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
 import { keyStoreFunctionNames, keyStoreFunctions } from './key-store.sql.js';
 import { KEY_TABLE_COLUMNS, OUTBOX_TABLE_COLUMNS, quoteTableName } from './sql.js';
+import { ledgerTable } from '../ledger/effect-ledger.js';
 
 /** A table the module needs, with the columns it must have and what creates it. */
 export interface RequiredTable extends TableFix {
@@ -100,6 +101,7 @@ export class IdempotencySchemaCheck implements OnModuleInit {
     const tables: RequiredTable[] = [];
     if (this.store instanceof PostgresIdempotencyStore) tables.push(keyTable(this.options.tableName));
     if (this.options.outbox.configured) tables.push(outboxTable(this.options.outbox.tableName));
+    if (this.options.ledger.configured) tables.push(ledgerTable(this.options.ledger.tableName));
     const problems = await findSchemaProblems(this.dataSource, tables);
     if (problems.length === 0 && this.store instanceof PostgresIdempotencyStore) {
       problems.push(...(await this.checkFunctions(keyTable(this.options.tableName))));

@@ -1,0 +1,254 @@
+import {
+  HttpException,
+  Inject,
+  Injectable,
+  Logger,
+  type CallHandler,
+  type ExecutionContext,
+  type NestInterceptor,
+  type Type,
+} from '@nestjs/common';
+import { defaultIfEmpty, lastValueFrom, Observable, type Subscriber } from 'rxjs';
+import type { FailureDecision } from '../core/idempotency-engine.js';
+import {
+  FingerprintMismatchError,
+  KeyInFlightError,
+  LeaseLostError,
+  StoreUnavailableError,
+  UnrepresentableInputError,
+} from '../core/errors.js';
+import { fingerprintValue } from '../core/fingerprint.js';
+import { parseIdempotencyKey, redactKey } from '../core/key.js';
+import { messages } from '../errors/messages.js';
+import { IdempotencyProblemException, problems } from '../errors/problems.js';
+import { headerValues, type HttpRequest } from '../http/request-identity.js';
+import { IdempotentRoutes, type RouteSettings } from '../http/route-settings.js';
+import { IDEMPOTENCY_OPTIONS, REPLAYED_HEADER } from '../idempotency.constants.js';
+import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
+import { IdempotencyService } from '../idempotency.service.js';
+import type { StoredResponse } from '../store/idempotency-store.js';
+import { IdempotencyGraphQLError, ReplayedGraphQLError } from './graphql-problem.js';
+
+/** The argument read for the key when the request has no key header. */
+const DEFAULT_KEY_ARGUMENT = 'idempotencyKey';
+const JSON_HEADERS: Array<[string, string]> = [['content-type', 'application/json']];
+
+/** Field resolutions already handled (class- and method-level `@Idempotent()` both apply the interceptor). */
+const handledFields = new WeakSet<object>();
+
+/** The parts of a GraphQL context this reads: the HTTP request (Apollo on Express `req`, on Fastify `request`/`reply`) and response. */
+interface GraphQLContextValue {
+  req?: HttpRequest;
+  request?: HttpRequest;
+  res?: { setHeader?: (name: string, value: string) => unknown; header?: (name: string, value: string) => unknown };
+  reply?: { request?: HttpRequest; header?: (name: string, value: string) => unknown };
+}
+
+interface ResolveInfo {
+  fieldName?: string;
+  parentType?: { name?: string };
+}
+
+type StoredOutcome = { value: unknown } | { error: { message: string; extensions: Record<string, unknown> } };
+
+function encode(outcome: StoredOutcome, status: number): StoredResponse {
+  return { status, headers: JSON_HEADERS, body: Buffer.from(JSON.stringify(outcome), 'utf8') };
+}
+
+function decode(response: StoredResponse): StoredOutcome {
+  return JSON.parse((response.body ?? Buffer.from('{"value":null}')).toString('utf8')) as StoredOutcome;
+}
+
+/**
+ * The GraphQL face of the engine, for `@Idempotent()` on a mutation
+ * resolver: the key from the request's key header (or an argument), the
+ * resolver run through `IdempotencyService` in the transaction its
+ * completion commits in, its result stored as JSON and returned again on a
+ * retry, which GraphQL then resolves into the selection like the first
+ * time. The module's answers (a conflict, a mismatch, ...) are GraphQL
+ * errors whose `extensions` carry the code, problem type and status the
+ * HTTP routes use.
+ */
+@Injectable()
+export class IdempotentResolverInterceptor implements NestInterceptor {
+  private readonly logger = new Logger('Idempotency');
+
+  constructor(
+    private readonly routes: IdempotentRoutes,
+    private readonly service: IdempotencyService,
+    @Inject(IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
+  ) {}
+
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    if (context.getType<string>() !== 'graphql') return next.handle();
+    const info = context.getArgByIndex<ResolveInfo | undefined>(3);
+    if (info && typeof info === 'object') {
+      if (handledFields.has(info)) return next.handle();
+      handledFields.add(info);
+    }
+    const route = this.routes.get(context.getClass<Type>(), context.getHandler() as (...args: unknown[]) => unknown);
+    if (!route) return next.handle();
+    return new Observable((subscriber) => void this.resolve(context, next, route, info, subscriber));
+  }
+
+  private async resolve(
+    context: ExecutionContext,
+    next: CallHandler,
+    route: RouteSettings,
+    info: ResolveInfo | undefined,
+    subscriber: Subscriber<unknown>,
+  ): Promise<void> {
+    const args = context.getArgByIndex<Record<string, unknown> | undefined>(1) ?? {};
+    const gqlContext = context.getArgByIndex<GraphQLContextValue | undefined>(2) ?? {};
+    const fail = (error: unknown) => subscriber.error(error instanceof IdempotencyProblemException ? this.graphqlError(error, gqlContext) : error);
+    let key = '';
+    try {
+      const found = this.keyOf(route, context, args, gqlContext);
+      if (found === undefined) {
+        if (route.options.required) return fail(problems.missingKey(this.options.header));
+        return void this.service.runWithoutIdempotency(() => next.handle()).subscribe(subscriber);
+      }
+      key = found;
+      const tenant = await this.resolveTenant(context, route.name);
+      let fingerprint: string;
+      try {
+        fingerprint = fingerprintValue(
+          route.options.fingerprint
+            ? route.options.fingerprint(context)
+            : { field: `${info?.parentType?.name ?? ''}.${info?.fieldName ?? route.name}`, args },
+        );
+      } catch (error) {
+        if (error instanceof UnrepresentableInputError) return fail(problems.unrepresentableBody(error.reason));
+        throw error;
+      }
+
+      const execution = this.service.createContext();
+      const handle = async () => {
+        const value = await lastValueFrom(next.handle().pipe(defaultIfEmpty(undefined)));
+        return { response: encode({ value: value ?? null }, 200), result: value };
+      };
+      const onFailure = (error: unknown): FailureDecision => {
+        if (!execution.handlerStarted) return { action: 'release' };
+        const definite = error instanceof HttpException ? error.getStatus() < 500 : isGraphQLError(error);
+        const policy = definite ? route.options.onHttpException : route.options.onError;
+        return policy === 'store' ? { action: 'store', response: encode({ error: storedError(error) }, 400) } : { action: policy };
+      };
+      const outcome = await this.service.run(
+        {
+          tenant,
+          key,
+          fingerprint,
+          leaseMs: route.options.leaseMs,
+          ttlMs: route.options.ttlMs,
+          onFailure,
+          run: handle,
+        },
+        execution,
+      );
+      if (outcome.kind === 'replayed') setHeader(gqlContext, REPLAYED_HEADER, 'true');
+      const stored = decode(outcome.response);
+      if ('error' in stored) return subscriber.error(new ReplayedGraphQLError(stored.error.message, stored.error.extensions));
+      subscriber.next(stored.value);
+      subscriber.complete();
+    } catch (error) {
+      fail(this.problemFor(error, route.name, key) ?? error);
+    }
+  }
+
+  private keyOf(
+    route: RouteSettings,
+    context: ExecutionContext,
+    args: Record<string, unknown>,
+    gqlContext: GraphQLContextValue,
+  ): string | undefined {
+    const option = route.options.key;
+    if (typeof option === 'function') return checkedKey(option(context), this.options.maxKeyLength);
+    if (typeof option === 'string') return checkedKey(args[option], this.options.maxKeyLength);
+    const request = gqlContext.req ?? gqlContext.request ?? gqlContext.reply?.request;
+    const values = request ? headerValues(request, this.options.header) : [];
+    if (values.length > 0) {
+      const parsed = parseIdempotencyKey(values, this.options.maxKeyLength);
+      if (!parsed.ok) throw problems.invalidKey(parsed.reason, parsed.detail);
+      return parsed.key;
+    }
+    const argument = args[DEFAULT_KEY_ARGUMENT];
+    if (argument !== undefined) return checkedKey(argument, this.options.maxKeyLength);
+    // Not a client's mistake but the app's: the header can never be read.
+    if (!request) this.logger.error(messages.graphql.noRequest);
+    return undefined;
+  }
+
+  /** The tenant; a resolver that yields nothing fails the mutation closed, one that throws an `HttpException` answers with it. */
+  private async resolveTenant(context: ExecutionContext, routeName: string): Promise<string> {
+    let tenant: string | null | undefined;
+    try {
+      tenant = await this.options.tenant(context);
+    } catch (error) {
+      if (error instanceof HttpException) throw error;
+      this.logger.error(messages.log.tenantFailed(routeName), error instanceof Error ? error.stack : String(error));
+      throw problems.tenantUnresolved();
+    }
+    if (typeof tenant !== 'string' || tenant === '') {
+      this.logger.error(messages.log.tenantUnresolved(routeName));
+      throw problems.tenantUnresolved();
+    }
+    return tenant;
+  }
+
+  private problemFor(error: unknown, routeName: string, key: string): IdempotencyProblemException | undefined {
+    if (error instanceof IdempotencyProblemException) return error;
+    if (error instanceof KeyInFlightError) return problems.conflict(error.retryAfterSeconds);
+    if (error instanceof FingerprintMismatchError) return problems.mismatch();
+    if (error instanceof LeaseLostError) {
+      this.logger.warn(messages.log.leaseLost(routeName, redactKey(key)));
+      return problems.leaseLost();
+    }
+    if (error instanceof StoreUnavailableError) {
+      this.logger.error(messages.log.unavailable(routeName));
+      return problems.unavailable(error.retryAfterSeconds ?? this.options.unavailableRetryAfter, error.cause, error.outcome);
+    }
+    return undefined;
+  }
+
+  /** The problem as a GraphQL error; `Retry-After` goes on the HTTP response too where the context carries it. */
+  private graphqlError(problem: IdempotencyProblemException, gqlContext: GraphQLContextValue): IdempotencyGraphQLError {
+    if (problem.retryAfterSeconds !== undefined) setHeader(gqlContext, 'Retry-After', String(problem.retryAfterSeconds));
+    return new IdempotencyGraphQLError(problem);
+  }
+}
+
+function checkedKey(value: unknown, maxLength: number): string | undefined {
+  if (value === undefined || value === null) return undefined;
+  const parsed = parseIdempotencyKey([typeof value === 'string' ? value : String(value)], maxLength);
+  if (!parsed.ok) throw problems.invalidKey(parsed.reason, parsed.detail);
+  return parsed.key;
+}
+
+/** graphql-js errors (and those thrown to become one) carry `extensions`: the resolver's definite answer, like a 4xx. */
+function isGraphQLError(error: unknown): boolean {
+  return error instanceof Error && typeof (error as { extensions?: unknown }).extensions === 'object';
+}
+
+function storedError(error: unknown): { message: string; extensions: Record<string, unknown> } {
+  if (error instanceof HttpException) {
+    return { message: error.message, extensions: { code: httpCode(error.getStatus()), status: error.getStatus() } };
+  }
+  const { message, extensions } = error as { message: string; extensions?: Record<string, unknown> };
+  return { message, extensions: { ...(extensions ?? {}) } };
+}
+
+/** The code Nest's GraphQL exception mapping gives an `HttpException` of this status. */
+function httpCode(status: number): string {
+  const codes: Record<number, string> = { 400: 'BAD_REQUEST', 401: 'UNAUTHENTICATED', 403: 'FORBIDDEN', 404: 'NOT_FOUND' };
+  return codes[status] ?? 'BAD_REQUEST';
+}
+
+function setHeader(gqlContext: GraphQLContextValue, name: string, value: string): void {
+  try {
+    if (gqlContext.res?.setHeader) gqlContext.res.setHeader(name, value);
+    else if (gqlContext.res?.header) gqlContext.res.header(name, value);
+    else gqlContext.reply?.header?.(name, value);
+  } catch {
+    // Headers already sent (a batched request answered in part): the extensions say it all.
+  }
+}

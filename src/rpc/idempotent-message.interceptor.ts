@@ -1,0 +1,332 @@
+import {
+  HttpException,
+  Inject,
+  Injectable,
+  Logger,
+  type CallHandler,
+  type ExecutionContext,
+  type NestInterceptor,
+  type Type,
+} from '@nestjs/common';
+import { defaultIfEmpty, lastValueFrom, Observable, type Subscriber } from 'rxjs';
+import type { FailureDecision } from '../core/idempotency-engine.js';
+import {
+  FingerprintMismatchError,
+  KeyInFlightError,
+  LeaseLostError,
+  StoreUnavailableError,
+  UnrepresentableInputError,
+} from '../core/errors.js';
+import { fingerprintValue } from '../core/fingerprint.js';
+import { messages } from '../errors/messages.js';
+import { IdempotentRoutes, type RouteSettings } from '../http/route-settings.js';
+import { IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
+import type { FailurePolicy, ResolvedIdempotencyOptions } from '../idempotency.options.js';
+import { IdempotencyService } from '../idempotency.service.js';
+import type { StoredResponse } from '../store/idempotency-store.js';
+import { messageDelivery, type MessageDelivery } from './message-delivery.js';
+
+/** Set by `@EventPattern` (2) and `@MessagePattern` (1) on the handler (@nestjs/microservices' PatternHandler). */
+const HANDLER_TYPE_METADATA = 'microservices:handler_type';
+const EVENT_HANDLER = 2;
+/** The payload field read for the key when the broker gives no message id. */
+const DEFAULT_KEY_FIELD = 'idempotencyKey';
+const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
+/** After a lost lease another delivery holds the key: look again shortly, when it has settled or holds a lease to wait for. */
+const LEASE_LOST_RETRY_MS = 1_000;
+
+/** Deliveries already handled (class- and method-level `@Idempotent()` both apply the interceptor). */
+const handledDeliveries = new WeakSet<object>();
+
+type Microservices = typeof import('@nestjs/microservices');
+let microservices: Promise<Microservices> | undefined;
+/** Loaded on the first message only: a message context exists only where the package is installed. */
+const loadMicroservices = () => (microservices ??= import('@nestjs/microservices'));
+
+const JSON_HEADERS: Array<[string, string]> = [['content-type', 'application/json']];
+
+/** What a message handler's outcome is stored as: its value, or a definite error to replay. */
+type StoredOutcome = { value: unknown } | { error: unknown };
+
+function encode(outcome: StoredOutcome, status: number): StoredResponse {
+  return { status, headers: JSON_HEADERS, body: Buffer.from(JSON.stringify(outcome), 'utf8') };
+}
+
+function decode(response: StoredResponse): StoredOutcome {
+  return JSON.parse((response.body ?? Buffer.from('{"value":null}')).toString('utf8')) as StoredOutcome;
+}
+
+/**
+ * The message face of the engine, for `@Idempotent()` on `@EventPattern` and
+ * `@MessagePattern` handlers: reads the key from the message, runs the
+ * handler through `IdempotencyService` (so `TransactionHost` gives the
+ * handler the transaction its completion commits in), and settles the
+ * message with the broker only once that outcome is committed.
+ *
+ * The handler's writes and the completion commit before the message is
+ * acknowledged; a redelivery of a completed message is acknowledged without
+ * running (a `MessagePattern` gets the stored reply); a duplicate that finds
+ * the key in flight is requeued after its Retry-After; a message that can
+ * never be processed (no key, another message's key, a handler that failed
+ * `maxDeliveries` times) is dead-lettered.
+ */
+@Injectable()
+export class IdempotentMessageInterceptor implements NestInterceptor {
+  private readonly logger = new Logger('Idempotency');
+
+  constructor(
+    private readonly routes: IdempotentRoutes,
+    private readonly service: IdempotencyService,
+    @Inject(IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
+  ) {}
+
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    if (context.getType() !== 'rpc') return next.handle();
+    const rpcContext = context.switchToRpc().getContext<unknown>();
+    if (rpcContext !== null && typeof rpcContext === 'object') {
+      if (handledDeliveries.has(rpcContext)) return next.handle();
+      handledDeliveries.add(rpcContext);
+    }
+    const handler = context.getHandler() as (...args: unknown[]) => unknown;
+    const route = this.routes.get(context.getClass<Type>(), handler);
+    if (!route) return next.handle();
+    const expectsReply = Reflect.getMetadata(HANDLER_TYPE_METADATA, handler) !== EVENT_HANDLER;
+    return new Observable((subscriber) => void this.consume(context, next, route, new Reply(subscriber, expectsReply)));
+  }
+
+  private async consume(context: ExecutionContext, next: CallHandler, route: RouteSettings, reply: Reply): Promise<void> {
+    const delivery = messageDelivery(context.switchToRpc().getContext(), (action, error) =>
+      this.logger.error(messages.consumer.settleFailed(route.name, action, error instanceof Error ? error.message : String(error))),
+    );
+    const deadLetter = async (reason: string, cause?: unknown) => {
+      this.logger.warn(messages.consumer.deadLettered(route.name, reason));
+      delivery.deadLetter(reason);
+      reply.fail(cause ?? (await this.rpcError(reason)));
+    };
+    const requeue = (delayMs: number, why: string) => {
+      this.logger.log(messages.consumer.requeued(route.name, Math.ceil(delayMs / 1000), why));
+      delivery.retry(delayMs);
+      // No answer now: the redelivery answers a MessagePattern's requester, with the stored reply.
+      reply.hold();
+    };
+
+    let key: string | undefined;
+    try {
+      key = this.keyOf(route, context, delivery);
+    } catch (error) {
+      return deadLetter(messages.consumer.missingKey, error);
+    }
+    if (key === undefined) {
+      if (route.options.required) return deadLetter(messages.consumer.missingKey);
+      return this.runWithoutKey(next, delivery, reply);
+    }
+    if (key.length > this.options.maxKeyLength || !VISIBLE_ASCII.test(key)) {
+      return deadLetter(messages.consumer.invalidKey(this.options.maxKeyLength));
+    }
+    const tenant = await this.resolveTenant(context, route.name);
+    if (tenant === undefined) return deadLetter(messages.consumer.tenantUnresolved);
+    let fingerprint: string;
+    try {
+      fingerprint = fingerprintValue(
+        route.options.fingerprint
+          ? route.options.fingerprint(context)
+          : { pattern: delivery.pattern ?? route.name, data: context.switchToRpc().getData<unknown>() ?? null },
+      );
+    } catch (error) {
+      if (error instanceof UnrepresentableInputError) return deadLetter(messages.consumer.unrepresentable(error.reason));
+      throw error;
+    }
+
+    const execution = this.service.createContext();
+    let attempt = 1;
+    let startedAt = Date.now();
+    let policy = 'keep' as FailurePolicy | 'rejected';
+    const handle = async (_tx: unknown, claim: { attempt: number }) => {
+      attempt = claim.attempt;
+      startedAt = Date.now();
+      const value = await lastValueFrom(next.handle().pipe(defaultIfEmpty(undefined)));
+      const response = encode({ value: value ?? null }, 200);
+      return { response, result: value };
+    };
+    const onFailure = async (error: unknown): Promise<FailureDecision> => {
+      // A pipe or guard refused it: nothing ran, and the same message would be refused again.
+      if (!execution.handlerStarted) {
+        policy = 'rejected';
+        return { action: 'release' };
+      }
+      policy = (await this.isDefinite(error)) ? route.options.onHttpException : route.options.onError;
+      return policy === 'store' ? { action: 'store', response: encode({ error: await this.rpcPayload(error) }, 400) } : { action: policy };
+    };
+
+    try {
+      const outcome = await this.service.run(
+        { tenant, key, fingerprint, leaseMs: route.options.leaseMs, ttlMs: route.options.ttlMs, onFailure, run: handle },
+        execution,
+      );
+      // Committed (or found committed): only now may the broker forget the message.
+      delivery.ack();
+      const stored = decode(outcome.response);
+      if ('error' in stored) return reply.fail(await this.rpcError(stored.error));
+      return reply.emit(stored.value);
+    } catch (error) {
+      if (error instanceof KeyInFlightError) return requeue(error.retryAfterSeconds * 1000, messages.consumer.inFlight);
+      if (error instanceof LeaseLostError) return requeue(LEASE_LOST_RETRY_MS, messages.consumer.leaseLost);
+      if (error instanceof StoreUnavailableError) {
+        return requeue((error.retryAfterSeconds ?? this.options.unavailableRetryAfter) * 1000, messages.consumer.unavailable);
+      }
+      if (error instanceof FingerprintMismatchError) return deadLetter(messages.consumer.mismatch);
+      if (policy === 'rejected') return deadLetter(messages.consumer.rejected, error);
+      return this.afterHandlerFailure(route, delivery, reply, error, policy, attempt, startedAt, deadLetter);
+    }
+  }
+
+  /**
+   * The handler failed and its key was kept (or released): deliver the
+   * message again, once the lease lets a redelivery take the key over, or
+   * dead-letter it once it has failed `maxDeliveries` times. The count is
+   * the key's attempts (one more per takeover), or the broker's own count
+   * where it keeps one; a released key keeps no count, so without the
+   * broker's the message is dead-lettered at once rather than loop.
+   */
+  private async afterHandlerFailure(
+    route: RouteSettings,
+    delivery: MessageDelivery,
+    reply: Reply,
+    error: unknown,
+    policy: FailurePolicy,
+    attempt: number,
+    startedAt: number,
+    deadLetter: (reason: string, cause?: unknown) => Promise<void>,
+  ): Promise<void> {
+    const max = route.options.maxDeliveries;
+    const counted = delivery.deliveryCount ?? (policy === 'release' ? max : 0);
+    const deliveries = Math.max(attempt, counted);
+    if (!delivery.settles) return reply.fail(error);
+    if (deliveries >= max) return deadLetter(messages.consumer.failed(deliveries), error);
+    const delayMs = policy === 'keep' ? Math.max(1_000, startedAt + route.options.leaseMs - Date.now()) : 0;
+    this.logger.warn(messages.consumer.handlerFailed(route.name, deliveries, max, Math.ceil(delayMs / 1000)));
+    delivery.retry(delayMs);
+    // An event's error goes on to Nest, which logs it; a requester waits for the redelivery's answer.
+    if (reply.expectsReply) reply.hold();
+    else reply.fail(error);
+  }
+
+  /** Runs a message without a key on a route that allows it (`required: false`): no idempotency, settled by its outcome. */
+  private runWithoutKey(next: CallHandler, delivery: MessageDelivery, reply: Reply): void {
+    this.service.runWithoutIdempotency(() =>
+      next.handle().subscribe({
+        next: (value) => reply.value(value),
+        error: (error: unknown) => {
+          // Without a key nothing counts its attempts: the broker's dead-letter route decides what comes next.
+          delivery.deadLetter('the handler failed');
+          reply.fail(error);
+        },
+        complete: () => {
+          delivery.ack();
+          reply.complete();
+        },
+      }),
+    );
+  }
+
+  private keyOf(route: RouteSettings, context: ExecutionContext, delivery: MessageDelivery): string | undefined {
+    const option = route.options.key;
+    if (typeof option === 'function') return nonEmpty(option(context));
+    const data = context.switchToRpc().getData<unknown>();
+    if (typeof option === 'string') return nonEmpty(field(data, option));
+    return delivery.messageId ?? nonEmpty(field(data, DEFAULT_KEY_FIELD));
+  }
+
+  /** The tenant, or undefined (logged) when the resolver yields nothing or throws: never a shared scope. */
+  private async resolveTenant(context: ExecutionContext, routeName: string): Promise<string | undefined> {
+    let tenant: string | null | undefined;
+    try {
+      tenant = await this.options.tenant(context);
+    } catch (error) {
+      this.logger.error(messages.log.tenantFailed(routeName), error instanceof Error ? error.stack : String(error));
+      return undefined;
+    }
+    if (typeof tenant !== 'string' || tenant === '') {
+      this.logger.error(messages.log.tenantUnresolved(routeName));
+      return undefined;
+    }
+    return tenant;
+  }
+
+  /** A definite outcome, stored by the `onHttpException` policy: an `RpcException`, or an `HttpException` below 500. */
+  private async isDefinite(error: unknown): Promise<boolean> {
+    if (error instanceof HttpException) return error.getStatus() < 500;
+    const { RpcException } = await loadMicroservices();
+    return error instanceof RpcException;
+  }
+
+  /** What a requester receives for `error`, as Nest's RPC exception filter would send it. */
+  private async rpcPayload(error: unknown): Promise<unknown> {
+    const { RpcException } = await loadMicroservices();
+    if (error instanceof RpcException) {
+      const payload = error.getError();
+      return typeof payload === 'object' && payload !== null ? payload : { status: 'error', message: payload };
+    }
+    if (error instanceof HttpException) return { status: 'error', statusCode: error.getStatus(), message: error.message };
+    return { status: 'error', message: 'Internal server error' };
+  }
+
+  /** An `RpcException`, so Nest's filter sends `payload` to a requester as it is instead of "Internal server error". */
+  private async rpcError(payload: unknown): Promise<Error> {
+    const { RpcException } = await loadMicroservices();
+    return new RpcException(typeof payload === 'string' ? { status: 'error', message: payload } : (payload as object));
+  }
+}
+
+/**
+ * Answers the Observable Nest subscribed to, once. A `MessagePattern`'s value
+ * is its reply; an event's value goes nowhere. `hold()` answers nothing: the
+ * message was requeued and its redelivery answers the requester, which an
+ * empty completion now would instead tell "no reply".
+ */
+class Reply {
+  private done = false;
+  constructor(
+    private readonly subscriber: Subscriber<unknown>,
+    readonly expectsReply: boolean,
+  ) {}
+
+  emit(value: unknown): void {
+    if (this.settle()) {
+      this.subscriber.next(value);
+      this.subscriber.complete();
+    }
+  }
+
+  /** A value of a handler run without a key, passed on as it comes. */
+  value(value: unknown): void {
+    if (!this.done) this.subscriber.next(value);
+  }
+
+  complete(): void {
+    if (this.settle()) this.subscriber.complete();
+  }
+
+  fail(error: unknown): void {
+    if (this.settle()) this.subscriber.error(error);
+  }
+
+  hold(): void {
+    if (this.settle() && !this.expectsReply) this.subscriber.complete();
+  }
+
+  private settle(): boolean {
+    if (this.done) return false;
+    this.done = true;
+    return true;
+  }
+}
+
+function field(data: unknown, name: string): unknown {
+  return data !== null && typeof data === 'object' ? (data as Record<string, unknown>)[name] : undefined;
+}
+
+function nonEmpty(value: unknown): string | undefined {
+  if (typeof value === 'number' && Number.isSafeInteger(value)) return String(value);
+  return typeof value === 'string' && value !== '' ? value : undefined;
+}
