@@ -135,6 +135,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
         fingerprint,
         leaseMs: route.options.leaseMs,
         ttlMs: route.options.ttlMs,
+        waitMs: route.options.waitMs,
+        heartbeat: route.options.heartbeat,
+        claimMode: route.options.claimMode,
         onFailure,
       };
       const outcome = route.options.phases

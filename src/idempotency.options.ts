@@ -1,4 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
+import type { ClaimMode } from './core/idempotency-engine.js';
 import ms from 'ms';
 import {
   DEFAULT_HEADER,
@@ -132,6 +133,29 @@ export interface IdempotencyRouteOptions {
    */
   key?: string | KeyExtractor;
   /**
+   * How long a duplicate waits for the request in flight to finish, then
+   * replays its response, instead of an immediate 409. Bounded in time, and
+   * it holds no connection while it waits. Default `0` (the immediate 409).
+   */
+  wait?: Duration;
+  /**
+   * Renew the lease while the handler runs (every third of the lease, fenced
+   * by the owner token), so a slow but live handler is never taken over; a
+   * dead process's key is still taken over once one lease has passed.
+   * Default `true`.
+   */
+  heartbeat?: boolean;
+  /**
+   * `'separate'` (default): the claim commits on its own before the handler's
+   * transaction, so a crash mid-handler keeps the key in flight and a retry
+   * waits out the lease. `'request-transaction'`: BEGIN, claim, handler,
+   * completion, COMMIT, one commit per new key; a duplicate waits on the row
+   * lock at most `wait`, then replays or gets a 409; a handler failure rolls
+   * the claim back with everything else. Only for handlers whose effects are
+   * all writes to this database; not with `phases`.
+   */
+  claimMode?: ClaimMode;
+  /**
    * Message handlers only: deliveries of a message whose handler keeps failing
    * (counted by its key's attempts, and by the broker where it counts them)
    * before the message is dead-lettered instead of redelivered. Default 5.
@@ -180,6 +204,9 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
 
 export interface ResolvedRouteOptions {
   required: boolean;
+  waitMs: number;
+  heartbeat: boolean;
+  claimMode: ClaimMode;
   ttlMs: number;
   leaseMs: number;
   onHttpException: FailurePolicy;
@@ -222,6 +249,7 @@ export interface ResolvedOutboxOptions {
 }
 
 const POLICIES: readonly FailurePolicy[] = ['store', 'release', 'keep'];
+const CLAIM_MODES: readonly ClaimMode[] = ['separate', 'request-transaction'];
 
 /** The one place that fills defaults and validates module options. */
 export function resolveIdempotencyOptions(options: IdempotencyModuleOptions | undefined): ResolvedIdempotencyOptions {
@@ -334,6 +362,14 @@ export function resolveRouteOptions(
   }
   const phases = options.phases ?? defaults?.phases ?? false;
   if (typeof phases !== 'boolean') throw new IdempotencyConfigurationError(messages.config.boolean(`${where}: phases`));
+  const waitMs = options.wait === undefined ? (defaults?.waitMs ?? 0) : toMs(options.wait, `${where}: wait`, { zero: true });
+  const heartbeat = options.heartbeat ?? defaults?.heartbeat ?? true;
+  if (typeof heartbeat !== 'boolean') throw new IdempotencyConfigurationError(messages.config.boolean(`${where}: heartbeat`));
+  const claimMode = options.claimMode ?? defaults?.claimMode ?? 'separate';
+  if (!CLAIM_MODES.includes(claimMode)) throw new IdempotencyConfigurationError(messages.config.claimMode(where, claimMode));
+  if (claimMode === 'request-transaction' && phases) {
+    throw new IdempotencyConfigurationError(messages.config.phasesInRequestTransaction(where));
+  }
   const key = options.key ?? defaults?.key;
   if (key !== undefined && typeof key !== 'function' && (typeof key !== 'string' || key === '')) {
     throw new IdempotencyConfigurationError(messages.config.keyOption(where, key));
@@ -342,7 +378,20 @@ export function resolveRouteOptions(
     options.maxDeliveries ?? defaults?.maxDeliveries ?? DEFAULT_MAX_DELIVERIES,
     `${where}: maxDeliveries`,
   );
-  return { required, ttlMs, leaseMs, onHttpException, onError, fingerprint, phases, key, maxDeliveries };
+  return {
+    required,
+    ttlMs,
+    leaseMs,
+    onHttpException,
+    onError,
+    fingerprint,
+    phases,
+    key,
+    maxDeliveries,
+    waitMs,
+    heartbeat,
+    claimMode,
+  };
 }
 
 function resolveSweep(sweep: SweepSchedule | false | undefined): ResolvedIdempotencyOptions['sweep'] {
@@ -374,12 +423,13 @@ function policy(value: unknown, name: string): FailurePolicy {
  * nowhere else. A string needs its unit: `'30'` would read as 30 ms where
  * the writer most likely meant seconds, so it is refused.
  */
-export function toMs(value: Duration, name: string): number {
+export function toMs(value: Duration, name: string, allow: { zero?: boolean } = {}): number {
   if (typeof value === 'string' && !/^\s*-?(\d+\.?\d*|\.\d+)\s*[a-z]+\s*$/i.test(value)) {
     throw new IdempotencyConfigurationError(messages.config.duration(name, value));
   }
   const parsed = typeof value === 'string' ? ms(value as ms.StringValue) : value;
-  if (typeof parsed !== 'number' || !Number.isFinite(parsed) || parsed <= 0 || !Number.isInteger(parsed)) {
+  const tooSmall = allow.zero ? parsed < 0 : parsed <= 0;
+  if (typeof parsed !== 'number' || !Number.isFinite(parsed) || tooSmall || !Number.isInteger(parsed)) {
     throw new IdempotencyConfigurationError(messages.config.duration(name, value));
   }
   return parsed;

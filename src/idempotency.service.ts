@@ -2,6 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import type { DataSource, EntityManager } from 'typeorm';
 import {
   IdempotencyEngine,
+  type ClaimMode,
   type EngineOutcome,
   type FailureDecision,
   type IdempotentWork,
@@ -33,6 +34,12 @@ export interface ExecuteInput {
   lease?: Duration;
   /** What to do with the key if `work` throws: default the module's `onError` (`'keep'`). `'store'` is not available here. */
   onError?: Exclude<FailurePolicy, 'store'>;
+  /** Wait this long for a call in flight with the same key, then return its result, instead of `KeyInFlightError`. */
+  wait?: Duration;
+  /** See the module option `claimMode`. `executePhased` always claims separately. */
+  claimMode?: ClaimMode;
+  /** Renew the lease while `work` runs. Default the module's `heartbeat` (`true`). */
+  heartbeat?: boolean;
 }
 
 const JSON_HEADERS: Array<[string, string]> = [['content-type', 'application/json']];
@@ -103,13 +110,27 @@ export class IdempotencyService {
   }
 
   private scopeOf(input: ExecuteInput) {
-    const route = resolveRouteOptions({ ttl: input.ttl, lease: input.lease, onError: input.onError }, this.options, 'execute()');
+    const route = resolveRouteOptions(
+      {
+        ttl: input.ttl,
+        lease: input.lease,
+        onError: input.onError,
+        wait: input.wait,
+        claimMode: input.claimMode,
+        heartbeat: input.heartbeat,
+      },
+      this.options,
+      'execute()',
+    );
     return {
       tenant: input.tenant,
       key: input.key,
       fingerprint: fingerprintValue(input.payload),
       leaseMs: route.leaseMs,
       ttlMs: route.ttlMs,
+      waitMs: route.waitMs,
+      heartbeat: route.heartbeat,
+      claimMode: route.claimMode,
       onFailure: (): FailureDecision => ({ action: route.onError === 'release' ? 'release' : 'keep' }),
     };
   }

@@ -70,6 +70,8 @@ describe('partial failure: phases, derived keys and the outbox', () => {
           tenant: () => 't',
           sweep: false,
           lease: 600,
+          // These tests outrun leases on purpose (as a stalled process would); a heartbeat would keep them.
+          heartbeat: false,
           outbox: { relay: false },
         }),
       ],

@@ -169,8 +169,9 @@ describe.each(ADAPTERS)('database round trips per path over %s', (adapter) => {
       const slow = post(api.url, '/slow', { label: 'slow-rt' }, 'k2');
       await new Promise((r) => setTimeout(r, 300));
       counter.reset();
+      // A duplicate of an execution running in this process is answered from it, without a round trip.
       expect((await post(api.url, '/slow', { label: 'slow-rt' }, 'k2')).status).toBe(409);
-      expect(counter.queries).toHaveLength(1);
+      expect(counter.queries).toHaveLength(0);
       await slow;
     } finally {
       await api.close();

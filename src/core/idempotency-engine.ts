@@ -1,6 +1,21 @@
 import { randomUUID } from 'node:crypto';
-import type { ClaimRef, IdempotencyStore, PhaseState, StoredResponse } from '../store/idempotency-store.js';
-import { FingerprintMismatchError, KeyInFlightError, LeaseLostError, StoreUnavailableError, WorkFailure } from './errors.js';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type {
+  ClaimRef,
+  ClaimRequest,
+  ClaimResult,
+  IdempotencyStore,
+  PhaseState,
+  StoredResponse,
+} from '../store/idempotency-store.js';
+import {
+  FingerprintMismatchError,
+  IdempotencyError,
+  KeyInFlightError,
+  LeaseLostError,
+  StoreUnavailableError,
+  WorkFailure,
+} from './errors.js';
 import { Phases } from './phases.js';
 
 /**
@@ -25,7 +40,24 @@ export interface WorkScope {
    * an HTTP exception filter renders.
    */
   onFailure: (error: unknown) => FailureDecision | Promise<FailureDecision>;
+  /**
+   * How long a duplicate may wait for the attempt in flight to finish, then
+   * replay its response, instead of an immediate `KeyInFlightError`. 0 (the
+   * default) does not wait.
+   */
+  waitMs?: number;
+  /** Renew the lease while the work runs, so a slow but live attempt is never taken over. */
+  heartbeat?: boolean;
+  /**
+   * `'separate'` (default): the claim commits on its own before the work's
+   * transaction. `'request-transaction'`: the claim is the first statement of
+   * the work's transaction; a duplicate waits on its row lock (at most
+   * `waitMs`), and a failure rolls the claim back with everything else.
+   */
+  claimMode?: ClaimMode;
 }
+
+export type ClaimMode = 'separate' | 'request-transaction';
 
 /** The claim an execution holds while its work runs. */
 export interface ClaimInfo {
@@ -61,22 +93,56 @@ interface Held {
   leaseEndsAt: number;
 }
 
+type Claimed = { kind: 'replayed'; response: StoredResponse } | { kind: 'claimed'; held: Held };
+
+/**
+ * An execution running in this process. A duplicate arriving here is
+ * answered from it without a round trip: 422 for another fingerprint, 409,
+ * or (when it may wait) the response once it is stored.
+ */
+interface LocalExecution {
+  fingerprint: string;
+  held: Held;
+  /** The stored response once committed; undefined when the execution ended without one. */
+  settled: Promise<StoredResponse | undefined>;
+}
+
+/** Longest pause between two looks at a key in flight elsewhere, while a duplicate waits for it. */
+const MAX_WAIT_PAUSE_MS = 250;
+
 /**
  * The state table (see the README) in one place, with no knowledge of HTTP or
- * Nest: claim (committed alone), run the work and the fenced completion in
- * one transaction, and settle the claim when the work fails.
+ * Nest: claim (committed alone, or first in the work's transaction), run the
+ * work and the fenced completion in one transaction, and settle the claim
+ * when the work fails.
  *
  * Whose failure it is decides the answer. Only the store's own calls (claim,
  * BEGIN, completion, COMMIT, release) raise `StoreUnavailableError`; an error
  * the work throws goes to `onFailure` whatever it looks like.
  */
 export class IdempotencyEngine<Tx> {
+  private readonly local = new Map<string, LocalExecution>();
+
   constructor(private readonly store: IdempotencyStore<Tx>) {}
 
   async execute<R>(work: IdempotentWork<Tx, R>): Promise<EngineOutcome<R>> {
+    if (work.claimMode === 'request-transaction') return this.executeInTransaction(work);
     const claimed = await this.claim(work);
     if (claimed.kind === 'replayed') return claimed;
-    const held = claimed.held;
+    return this.holding(work, claimed.held, () => this.runClaimed(work, claimed.held));
+  }
+
+  /**
+   * Like `execute`, for work written as phases (see `Phases`): a takeover
+   * resumes after the last recorded phase instead of starting at the top.
+   */
+  async executePhased<R>(work: PhasedWork<Tx, R>): Promise<EngineOutcome<R>> {
+    const claimed = await this.claim(work);
+    if (claimed.kind === 'replayed') return claimed;
+    return this.holding(work, claimed.held, () => this.runPhased(work, claimed.held));
+  }
+
+  private async runClaimed<R>(work: IdempotentWork<Tx, R>, held: Held): Promise<EngineOutcome<R>> {
     let started = false;
     try {
       const { response, result } = await this.store.transaction(async (tx) => {
@@ -94,14 +160,7 @@ export class IdempotencyEngine<Tx> {
     }
   }
 
-  /**
-   * Like `execute`, for work written as phases (see `Phases`): a takeover
-   * resumes after the last recorded phase instead of starting at the top.
-   */
-  async executePhased<R>(work: PhasedWork<Tx, R>): Promise<EngineOutcome<R>> {
-    const claimed = await this.claim(work);
-    if (claimed.kind === 'replayed') return claimed;
-    const held = claimed.held;
+  private async runPhased<R>(work: PhasedWork<Tx, R>, held: Held): Promise<EngineOutcome<R>> {
     const phases = new Phases(this.store, held.ref, held.claim.generation, held.phases, work.leaseMs, work.enterPhase);
     let done: { response: StoredResponse; result: R };
     try {
@@ -116,18 +175,113 @@ export class IdempotencyEngine<Tx> {
     return { kind: 'executed', ...done };
   }
 
-  private async claim(
-    work: WorkScope,
-  ): Promise<{ kind: 'replayed'; response: StoredResponse } | { kind: 'claimed'; held: Held }> {
-    const ref: ClaimRef = { tenant: work.tenant, key: work.key, ownerToken: randomUUID() };
-    const claimedAt = Date.now();
-    let claim;
+  /**
+   * The claim mode `request-transaction`: BEGIN, claim, work, completion,
+   * COMMIT, one commit per new key. Nothing is visible to others until the
+   * commit; a concurrent duplicate waits on the claimed row's lock (at most
+   * `waitMs`), then replays what committed or gets a 409. A failure rolls the
+   * claim back with the work's writes, so the key is free again at once,
+   * unless the policy stores the failure's response, which is then claimed
+   * and completed on its own.
+   */
+  private async executeInTransaction<R>(work: IdempotentWork<Tx, R>): Promise<EngineOutcome<R>> {
+    const early = await this.answerLocally(work, Date.now() + (work.waitMs ?? 0));
+    if (early) return early;
+    let started = false;
     try {
-      claim = await this.store.claim({ ...ref, fingerprint: work.fingerprint, leaseMs: work.leaseMs, ttlMs: work.ttlMs });
+      return await this.store.transaction(async (tx): Promise<EngineOutcome<R>> => {
+        started = true;
+        const request = this.request(work);
+        const claimed = this.interpret(work, request, await this.store.claim(request, tx, work.waitMs ?? 0));
+        if (claimed.kind === 'replayed') return claimed;
+        const held = claimed.held;
+        // No heartbeat: nobody else can see, let alone take over, an uncommitted claim.
+        return this.holding({ ...work, heartbeat: false }, held, async () => {
+          const done = await work.run(tx, held.claim).catch((error: unknown) => Promise.reject(new WorkFailure(error)));
+          if (!(await this.store.complete(held.ref, done.response, work.ttlMs, tx))) throw new LeaseLostError();
+          return { kind: 'executed', ...done };
+        });
+      });
     } catch (error) {
-      if (this.store.isUnavailableError(error)) throw new StoreUnavailableError(error, 'not-run');
-      throw error;
+      if (error instanceof WorkFailure) return this.settleRolledBack(work, error.error);
+      if (!(error instanceof Error) || error instanceof IdempotencyError || !this.store.isUnavailableError(error)) throw error;
+      // Nothing is held once the transaction is gone: a retry can run as soon as the store answers.
+      throw new StoreUnavailableError(error, started ? 'unknown' : 'not-run');
     }
+  }
+
+  /** A failure in request-transaction mode: the claim rolled back with the work; only 'store' writes anything. */
+  private async settleRolledBack<R>(work: WorkScope, error: unknown): Promise<EngineOutcome<R>> {
+    const decision = await work.onFailure(error);
+    if (decision.action !== 'store') throw error;
+    const request = this.request(work);
+    const claimed = await this.guardClaim(() => this.store.claim(request)).then((claim) => this.interpret(work, request, claim));
+    // Another attempt got the key in between: its outcome stands, and this client still gets its own answer.
+    if (claimed.kind === 'claimed')
+      await this.guard(() => this.store.complete(claimed.held.ref, decision.response, work.ttlMs), claimed.held);
+    return { kind: 'failure-stored', response: decision.response, error };
+  }
+
+  /**
+   * Claims the key, or answers as the state table says. A duplicate of an
+   * execution running in this process is answered without a round trip. With
+   * `waitMs`, a duplicate of one in flight waits for it to finish and replays
+   * its response, looking again at growing intervals (each look one short
+   * statement on a pooled connection, none held while waiting) until the
+   * time is up, then gets the 409.
+   */
+  private async claim(work: WorkScope): Promise<Claimed> {
+    const deadline = Date.now() + (work.waitMs ?? 0);
+    const early = await this.answerLocally(work, deadline);
+    if (early) return early;
+    for (let pause = 20; ; pause = Math.min(pause * 2, MAX_WAIT_PAUSE_MS)) {
+      const request = this.request(work);
+      try {
+        return this.interpret(work, request, await this.guardClaim(() => this.store.claim(request)));
+      } catch (error) {
+        const left = deadline - Date.now();
+        if (!(error instanceof KeyInFlightError) || left <= 0) throw error;
+        await sleep(Math.min(pause, left, error.retryAfterSeconds * 1000));
+      }
+    }
+  }
+
+  /**
+   * The answer for a duplicate of an execution running in this process:
+   * 422 for another fingerprint; without a wait, 409; with one, its stored
+   * response once committed. Undefined when none runs here, or it ended
+   * without a response, or the wait ran out (then the store decides).
+   */
+  private async answerLocally(
+    work: WorkScope,
+    deadline: number,
+  ): Promise<{ kind: 'replayed'; response: StoredResponse } | undefined> {
+    const running = this.local.get(localId(work));
+    // Past its lease (no heartbeat, or a stalled one) the store decides: it may let this attempt take over.
+    if (!running || Date.now() >= running.held.leaseEndsAt) return undefined;
+    if (running.fingerprint !== work.fingerprint) throw new FingerprintMismatchError();
+    if (!work.waitMs) throw new KeyInFlightError(secondsUntil(running.held.leaseEndsAt));
+    const timeout = new AbortController();
+    const response = await Promise.race([
+      running.settled,
+      sleep(Math.max(0, deadline - Date.now()), undefined, { signal: timeout.signal }).catch(() => undefined),
+    ]);
+    timeout.abort();
+    return response ? { kind: 'replayed', response } : undefined;
+  }
+
+  private request(work: WorkScope): ClaimRequest {
+    return {
+      tenant: work.tenant,
+      key: work.key,
+      ownerToken: randomUUID(),
+      fingerprint: work.fingerprint,
+      leaseMs: work.leaseMs,
+      ttlMs: work.ttlMs,
+    };
+  }
+
+  private interpret(work: WorkScope, request: ClaimRequest, claim: ClaimResult): Claimed {
     switch (claim.state) {
       case 'completed':
         return { kind: 'replayed', response: claim.response };
@@ -139,12 +293,73 @@ export class IdempotencyEngine<Tx> {
         return {
           kind: 'claimed',
           held: {
-            ref,
+            ref: { tenant: request.tenant, key: request.key, ownerToken: request.ownerToken },
             claim: { attempt: claim.attempt, generation: claim.generation },
             phases: claim.phases,
-            leaseEndsAt: claimedAt + work.leaseMs,
+            leaseEndsAt: Date.now() + work.leaseMs,
           },
         };
+    }
+  }
+
+  /**
+   * Runs an execution that holds its claim: visible to duplicates in this
+   * process while it runs, and with `heartbeat`, renewing its lease.
+   */
+  private async holding<R>(work: WorkScope, held: Held, run: () => Promise<EngineOutcome<R>>): Promise<EngineOutcome<R>> {
+    const id = localId(work);
+    let settle!: (response: StoredResponse | undefined) => void;
+    const running: LocalExecution = {
+      fingerprint: work.fingerprint,
+      held,
+      settled: new Promise((resolve) => (settle = resolve)),
+    };
+    this.local.set(id, running);
+    const stopHeartbeat = work.heartbeat ? this.heartbeat(held, work.leaseMs) : undefined;
+    try {
+      const outcome = await run();
+      settle(outcome.response);
+      return outcome;
+    } catch (error) {
+      settle(undefined);
+      throw error;
+    } finally {
+      stopHeartbeat?.();
+      if (this.local.get(id) === running) this.local.delete(id);
+    }
+  }
+
+  /**
+   * Renews the lease every third of it while the work runs. A renewal that
+   * finds the key no longer this attempt's stops the beat; one that cannot
+   * reach the store is tried again at the next beat: the lease decides.
+   */
+  private heartbeat(held: Held, leaseMs: number): () => void {
+    if (!this.store.renewLease) return () => undefined;
+    const timer = setInterval(
+      () => {
+        const sentAt = Date.now();
+        this.store.renewLease!(held.ref, leaseMs).then(
+          (ours) => {
+            if (ours) held.leaseEndsAt = sentAt + leaseMs;
+            else clearInterval(timer);
+          },
+          () => undefined,
+        );
+      },
+      Math.max(20, Math.floor(leaseMs / 3)),
+    );
+    // A pending renewal must not keep a process alive that is otherwise done.
+    timer.unref?.();
+    return () => clearInterval(timer);
+  }
+
+  private async guardClaim(claim: () => Promise<ClaimResult>): Promise<ClaimResult> {
+    try {
+      return await claim();
+    } catch (error) {
+      if (this.store.isUnavailableError(error)) throw new StoreUnavailableError(error, 'not-run');
+      throw error;
     }
   }
 
@@ -193,6 +408,11 @@ export class IdempotencyEngine<Tx> {
       throw error;
     }
   }
+}
+
+/** Where a key's execution is found in this process. */
+function localId(work: WorkScope): string {
+  return `${work.tenant.length}:${work.tenant}:${work.key}`;
 }
 
 function secondsUntil(at: number): number {

@@ -37,6 +37,11 @@ export const messages = {
     duration: (name: string, value: unknown) =>
       `${name} must be a positive whole number of milliseconds or a duration string with its unit such as '30s', '500ms' or '24h', got ${JSON.stringify(value)}.`,
     boolean: (name: string) => `${name} must be true or false.`,
+    claimMode: (where: string, value: unknown) =>
+      `${where}: claimMode must be 'separate' or 'request-transaction', got ${JSON.stringify(value)}.`,
+    phasesInRequestTransaction: (where: string) =>
+      `${where}: phases commit one by one, which a claim inside the request's transaction cannot do. ` +
+      "Use claimMode 'separate' (the default) with phases.",
     dutyCycle: (value: unknown) =>
       `IdempotencyModule: \`sweep.dutyCycle\` must be a number greater than 0 and at most 1 (the share of a run spent deleting), got ${JSON.stringify(value)}.`,
     policy: (name: string, value: unknown) => `${name} must be 'store', 'release' or 'keep', got ${JSON.stringify(value)}.`,

@@ -76,8 +76,22 @@ export interface SweepResult {
  *   store, an `EntityManager`).
  */
 export abstract class IdempotencyStore<Tx = unknown> {
-  /** Claims the key or reports its state, in one round trip when possible. */
-  abstract claim(request: ClaimRequest): Promise<ClaimResult>;
+  /**
+   * Claims the key or reports its state, in one round trip when possible.
+   * Without `tx` the claim commits on its own. With `tx` (claim mode
+   * `request-transaction`) it is a statement of that transaction: a
+   * concurrent claim of the same key waits on it at most `lockTimeoutMs`,
+   * then reads as in flight. A store that cannot do that throws.
+   */
+  abstract claim(request: ClaimRequest, tx?: Tx, lockTimeoutMs?: number): Promise<ClaimResult>;
+
+  /**
+   * Extends the lease of a claim this attempt still owns (the heartbeat of a
+   * long handler); resolves to false when it no longer does. Optional: a
+   * store without it has no heartbeat, and a slow attempt may be taken over
+   * once its lease ends.
+   */
+  renewLease?(ref: ClaimRef, leaseMs: number): Promise<boolean>;
 
   /** Runs `work` in one database transaction; commits if it resolves, rolls back if it throws. */
   abstract transaction<T>(work: (tx: Tx) => Promise<T>): Promise<T>;
@@ -101,6 +115,12 @@ export abstract class IdempotencyStore<Tx = unknown> {
 
   /** Deletes expired records in bounded batches; at most one process sweeps at a time. */
   abstract sweep(options: SweepOptions): Promise<SweepResult>;
+
+  /**
+   * Counts the expired records waiting for the sweeper, at most `limit` (for
+   * health checks). Optional: without it the health check reports no backlog.
+   */
+  countExpired?(limit: number): Promise<number>;
 
   /** Whether `error` means the store cannot be reached (answered 503), rather than a bug. */
   abstract isUnavailableError(error: unknown): boolean;

@@ -21,7 +21,8 @@ import { quoteTableName } from './sql.js';
  * Parameters: claim ($1 tenant, $2 key, $3 fingerprint, $4 owner token,
  * $5 lease ms, $6 ttl ms, $7 lock timeout ms or null); renewLease ($1-$3, $4 lease ms); complete ($1-$3 tenant, key, owner token, $4 status,
  * $5 headers, $6 body, $7 ttl ms); recordPhase ($1-$3, $4 recovery point,
- * $5 results, $6 lease ms); release ($1-$3); sweepBatch ($1 batch size).
+ * $5 results, $6 lease ms); release ($1-$3); sweepBatch ($1 batch size);
+ * countExpired ($1 limit).
  *
  * @param t the table name, already quoted (`quoteTableName`)
  */
@@ -60,6 +61,13 @@ export function keyStoreStatements(t: string) {
       DELETE FROM ${t} AS k USING doomed
        WHERE k.tenant_id = doomed.tenant_id AND k.key = doomed.key
          AND k.expires_at <= now() AND NOT (k.status = 'in_flight' AND k.lease_expires_at > now())`,
+    // The sweeper's backlog for health checks: the rows sweepBatch would delete, counted up to $1 along
+    // the expires_at index, so a huge backlog costs no more than the limit.
+    countExpired: `${sqlMarker('count-expired')}
+      SELECT count(*)::integer AS expired FROM (
+        SELECT 1 FROM ${t}
+         WHERE expires_at <= now() AND NOT (status = 'in_flight' AND lease_expires_at > now())
+         LIMIT $1) AS backlog`,
   } as const;
 }
 

@@ -165,7 +165,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     return { state: 'in-flight', retryAfterSeconds: 1 };
   }
 
-  async renewLease(ref: ClaimRef, leaseMs: number): Promise<boolean> {
+  override async renewLease(ref: ClaimRef, leaseMs: number): Promise<boolean> {
     return (await this.run(undefined, this.sql.renewLease, [ref.tenant, ref.key, ref.ownerToken, leaseMs])).affected === 1;
   }
 
@@ -253,6 +253,13 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       if (lockRunner.isTransactionActive) await lockRunner.rollbackTransaction().catch(() => undefined);
       await lockRunner.release();
     }
+  }
+
+  override async countExpired(limit: number): Promise<number> {
+    const [row] = (await this.run(undefined, this.sql.countExpired, [limit], undefined, this.dataSource)).rows as Array<{
+      expired: number;
+    }>;
+    return row?.expired ?? 0;
   }
 
   isUnavailableError(error: unknown): boolean {

@@ -101,8 +101,38 @@ function controllers(probe: Probe) {
       return { label: body.label, attempt: probe.count(body.label) };
     }
 
+    @Post('long')
+    @Idempotent({ lease: 400, ttl: '1h' })
+    async long(@Body() body: { label: string }, @TxManager() manager: EntityManager) {
+      probe.record(body.label);
+      await manager.query('INSERT INTO effects (tenant, label) VALUES ($1, $2)', ['long', body.label]);
+      await sleep(probe.nextDelay(body.label));
+      return { label: body.label, attempt: probe.count(body.label) };
+    }
+
+    @Post('waiting')
+    @Idempotent({ wait: '3s' })
+    async waiting(@Body() body: { label: string }, @TxManager() manager: EntityManager) {
+      probe.record(body.label);
+      await manager.query('INSERT INTO effects (tenant, label) VALUES ($1, $2)', ['waiting', body.label]);
+      await sleep(probe.nextDelay(body.label));
+      return { label: body.label, attempt: probe.count(body.label) };
+    }
+
+    @Post('in-tx')
+    @Idempotent({ claimMode: 'request-transaction', wait: '3s' })
+    async inTransaction(@Body() body: { label: string; fail?: 'decline' | 'boom' }, @TxManager() manager: EntityManager) {
+      probe.record(body.label);
+      await manager.query('INSERT INTO effects (tenant, label) VALUES ($1, $2)', ['in-tx', body.label]);
+      await sleep(probe.nextDelay(body.label));
+      if (body.fail === 'decline') throw new HttpException({ message: 'declined' }, 402);
+      if (body.fail === 'boom') throw new Error('unexpected failure');
+      return { label: body.label, attempt: probe.count(body.label) };
+    }
+
     @Post('short-lease')
-    @Idempotent({ lease: 600, ttl: '1h' })
+    // Outruns its lease on purpose, as a stalled process would: without a heartbeat the key can be taken over.
+    @Idempotent({ lease: 600, ttl: '1h', heartbeat: false })
     async shortLease(@Body() body: { label: string; fail?: boolean }) {
       probe.record(body.label);
       await this.ledger.write('short', body.label);
