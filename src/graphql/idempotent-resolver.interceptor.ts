@@ -100,7 +100,8 @@ export class IdempotentResolverInterceptor implements NestInterceptor {
   ): Promise<void> {
     const args = context.getArgByIndex<Record<string, unknown> | undefined>(1) ?? {};
     const gqlContext = context.getArgByIndex<GraphQLContextValue | undefined>(2) ?? {};
-    const fail = (error: unknown) => subscriber.error(error instanceof IdempotencyProblemException ? this.graphqlError(error, gqlContext) : error);
+    const fail = (error: unknown) =>
+      subscriber.error(error instanceof IdempotencyProblemException ? this.graphqlError(error, gqlContext) : error);
     let key = '';
     try {
       const found = this.keyOf(route, context, args, gqlContext);
@@ -131,7 +132,9 @@ export class IdempotentResolverInterceptor implements NestInterceptor {
         if (!execution.handlerStarted) return { action: 'release' };
         const definite = error instanceof HttpException ? error.getStatus() < 500 : isGraphQLError(error);
         const policy = definite ? route.options.onHttpException : route.options.onError;
-        return policy === 'store' ? { action: 'store', response: encode({ error: storedError(error) }, 400) } : { action: policy };
+        return policy === 'store'
+          ? { action: 'store', response: encode({ error: storedError(error) }, 400) }
+          : { action: policy };
       };
       const outcome = await this.service.run(
         {

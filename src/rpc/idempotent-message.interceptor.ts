@@ -96,7 +96,9 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
 
   private async consume(context: ExecutionContext, next: CallHandler, route: RouteSettings, reply: Reply): Promise<void> {
     const delivery = messageDelivery(context.switchToRpc().getContext(), (action, error) =>
-      this.logger.error(messages.consumer.settleFailed(route.name, action, error instanceof Error ? error.message : String(error))),
+      this.logger.error(
+        messages.consumer.settleFailed(route.name, action, error instanceof Error ? error.message : String(error)),
+      ),
     );
     const deadLetter = async (reason: string, cause?: unknown) => {
       this.logger.warn(messages.consumer.deadLettered(route.name, reason));
@@ -155,7 +157,9 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
         return { action: 'release' };
       }
       policy = (await this.isDefinite(error)) ? route.options.onHttpException : route.options.onError;
-      return policy === 'store' ? { action: 'store', response: encode({ error: await this.rpcPayload(error) }, 400) } : { action: policy };
+      return policy === 'store'
+        ? { action: 'store', response: encode({ error: await this.rpcPayload(error) }, 400) }
+        : { action: policy };
     };
 
     try {

@@ -66,8 +66,7 @@ function rabbitMqDelivery(ctx: Record<string, unknown>, onSettleFailure: SettleF
   const headers = message.properties?.headers ?? {};
   // Quorum queues count earlier deliveries in x-delivery-count; classic queues only say "redelivered".
   const counted = headers['x-delivery-count'];
-  const deliveryCount =
-    typeof counted === 'number' ? counted + 1 : message.fields?.redelivered === false ? 1 : undefined;
+  const deliveryCount = typeof counted === 'number' ? counted + 1 : message.fields?.redelivered === false ? 1 : undefined;
   const settle = (action: 'ack' | 'requeue' | 'dead-letter', fn: () => void) => {
     try {
       fn();

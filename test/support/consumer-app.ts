@@ -1,0 +1,138 @@
+import { Controller, Injectable, Module, type INestMicroservice } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { Ctx, EventPattern, MessagePattern, Payload, RpcException, Transport, type CustomStrategy } from '@nestjs/microservices';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import { EffectLedger, Idempotent, IdempotencyModule, TransactionHost, type IdempotencyModuleOptions } from '../../src/index.js';
+import { dataSourceOptions } from './database.js';
+import { sleep } from './http.js';
+
+/** A message of the tests: what to record, and how the handler should behave. */
+export interface TestMessage {
+  label: string;
+  tenant?: string;
+  /** Handler waits this long after its insert (a slow downstream call). */
+  delayMs?: number;
+  /** The first `failTimes` invocations for this label throw after their insert. */
+  failTimes?: number;
+  /** Every invocation throws an RpcException (a definite refusal, stored and replayed). */
+  refuse?: boolean;
+  /** Recorded in the effect ledger under this business key, the effect skipped when already recorded. */
+  ledgerKey?: string;
+  refundId?: string;
+  idempotencyKey?: string;
+}
+
+/** What the handlers did, seen from inside the process. */
+export class ConsumerProbe {
+  readonly invocations = new Map<string, number>();
+  count(label: string): number {
+    return this.invocations.get(label) ?? 0;
+  }
+  record(label: string): number {
+    const n = this.count(label) + 1;
+    this.invocations.set(label, n);
+    return n;
+  }
+}
+
+@Injectable()
+class Effects {
+  constructor(
+    private readonly tx: TransactionHost,
+    private readonly ledger: EffectLedger,
+  ) {}
+
+  /** One effect row through the message's transaction; with a ledger key, only the first time that key is seen, ever. */
+  async record(message: TestMessage): Promise<{ recorded: boolean }> {
+    if (message.ledgerKey && !(await this.ledger.once(message.ledgerKey, { scope: 'refunds' }))) return { recorded: false };
+    await this.tx.manager.query('INSERT INTO effects (tenant, label) VALUES ($1, $2)', [
+      message.tenant ?? 'tenant-a',
+      message.label,
+    ]);
+    return { recorded: true };
+  }
+}
+
+function consumerController(probe: ConsumerProbe) {
+  @Controller()
+  class RefundsConsumer {
+    constructor(private readonly effects: Effects) {}
+
+    @EventPattern('refund.requested')
+    @Idempotent({ lease: 1_500, maxDeliveries: 3 })
+    async requested(@Payload() message: TestMessage) {
+      const n = probe.record(message.label);
+      const result = await this.effects.record(message);
+      if (message.delayMs) await sleep(message.delayMs);
+      if (message.refuse) throw new RpcException({ status: 'error', code: 'refund_refused', label: message.label });
+      if (n <= (message.failTimes ?? 0)) throw new Error(`downstream failure ${n}`);
+      return result;
+    }
+
+    @MessagePattern('refund.quote')
+    @Idempotent({ lease: 1_500 })
+    async quote(@Payload() message: TestMessage) {
+      const n = probe.record(message.label);
+      await this.effects.record(message);
+      if (message.delayMs) await sleep(message.delayMs);
+      if (message.refuse) throw new RpcException({ status: 'error', code: 'quote_refused' });
+      return { label: message.label, invocation: n, quotedAt: new Date(Date.UTC(2026, 0, 1)) };
+    }
+
+    @EventPattern('refund.keyed')
+    @Idempotent({ key: 'refundId' })
+    async keyed(@Payload() message: TestMessage, @Ctx() _context: unknown) {
+      probe.record(message.label);
+      return this.effects.record(message);
+    }
+
+    @EventPattern('refund.optional')
+    @Idempotent({ required: false })
+    async optional(@Payload() message: TestMessage) {
+      probe.record(message.label);
+      return this.effects.record(message);
+    }
+  }
+  return RefundsConsumer;
+}
+
+export interface ConsumerApp {
+  app: INestMicroservice;
+  probe: ConsumerProbe;
+  close(): Promise<void>;
+}
+
+/**
+ * A Nest microservice consuming `transport` with the module: the tenant comes
+ * from the message (`tenant`, default tenant-a), effects go to the schema's
+ * `effects` table through the message's transaction.
+ */
+export async function startConsumer(
+  schema: string,
+  transport: { rmq: Record<string, unknown> } | { strategy: CustomStrategy['strategy'] },
+  options: Partial<IdempotencyModuleOptions> = {},
+): Promise<ConsumerApp> {
+  const probe = new ConsumerProbe();
+  @Module({
+    imports: [
+      TypeOrmModule.forRoot({ ...dataSourceOptions(schema), retryAttempts: 0 }),
+      IdempotencyModule.forRoot({
+        tenant: (ctx) => (ctx.getType() === 'rpc' ? (ctx.switchToRpc().getData<TestMessage>().tenant ?? 'tenant-a') : undefined),
+        sweep: false,
+        ledger: {},
+        ...options,
+      }),
+    ],
+    controllers: [consumerController(probe)],
+    providers: [Effects],
+  })
+  class ConsumerModule {}
+
+  const app = await NestFactory.createMicroservice(
+    ConsumerModule,
+    'rmq' in transport ? { transport: Transport.RMQ, options: transport.rmq } : { strategy: transport.strategy },
+    { logger: process.env.TEST_CONSUMER_LOGS ? ['log', 'warn', 'error'] : false },
+  );
+  await app.listen();
+  return { app, probe, close: () => app.close() };
+}
