@@ -128,11 +128,10 @@ export async function startConsumer(
   })
   class ConsumerModule {}
 
-  const app = await NestFactory.createMicroservice(
-    ConsumerModule,
-    'rmq' in transport ? { transport: Transport.RMQ, options: transport.rmq } : { strategy: transport.strategy },
-    { logger: process.env.TEST_CONSUMER_LOGS ? ['log', 'warn', 'error'] : false },
-  );
+  const app = await NestFactory.createMicroservice(ConsumerModule, {
+    ...('rmq' in transport ? { transport: Transport.RMQ, options: transport.rmq } : { strategy: transport.strategy }),
+    logger: process.env.TEST_CONSUMER_LOGS ? ['log', 'warn', 'error'] : false,
+  } as never);
   await app.listen();
   return { app, probe, close: () => app.close() };
 }
