@@ -2,6 +2,8 @@ import type { INestApplication } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { ExpressAdapter, type NestExpressApplication } from '@nestjs/platform-express';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
+import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
+import { applyIdempotencyToOpenApi } from '../src/index.js';
 import { AppModule, type AppModuleConfig } from './app.module.js';
 
 /** Largest accepted request body on both adapters: 1 MiB. */
@@ -9,19 +11,35 @@ export const BODY_LIMIT_BYTES = 1024 * 1024;
 
 /**
  * Builds the payments API on the configured adapter, with its schema
- * migrated, ready for `listen()`. Used by `main.ts` and the e2e tests.
+ * migrated and its OpenAPI document served, ready for `listen()`. Used by
+ * `main.ts` and the e2e tests.
  */
 export async function createSampleApp(config: AppModuleConfig): Promise<INestApplication> {
   const module = AppModule.forRoot(config);
   const logger = config.logger ? undefined : false;
+  let app: INestApplication;
   if (config.httpAdapter === 'fastify') {
-    return NestFactory.create<NestFastifyApplication>(module, new FastifyAdapter({ bodyLimit: BODY_LIMIT_BYTES }), {
+    app = await NestFactory.create<NestFastifyApplication>(module, new FastifyAdapter({ bodyLimit: BODY_LIMIT_BYTES }), {
       logger,
       abortOnError: false,
     });
+  } else {
+    const express = await NestFactory.create<NestExpressApplication>(module, new ExpressAdapter(), {
+      logger,
+      abortOnError: false,
+    });
+    // Registered before init, so it replaces Express's default 100 kB JSON parser.
+    express.useBodyParser('json', { limit: BODY_LIMIT_BYTES });
+    app = express;
   }
-  const app = await NestFactory.create<NestExpressApplication>(module, new ExpressAdapter(), { logger, abortOnError: false });
-  // Registered before init, so it replaces Express's default 100 kB JSON parser.
-  app.useBodyParser('json', { limit: BODY_LIMIT_BYTES });
+  serveOpenApi(app);
   return app;
+}
+
+/** Swagger UI at `/docs`, the document at `/docs-json`; the idempotent routes document their key and answers. */
+function serveOpenApi(app: INestApplication): void {
+  const config = new DocumentBuilder().setTitle('Sample payments API').addBearerAuth().build();
+  const document = applyIdempotencyToOpenApi(SwaggerModule.createDocument(app, config));
+  // Before init, so the routes come ahead of the app's 404 handler.
+  SwaggerModule.setup('docs', app, document);
 }

@@ -20,6 +20,7 @@ import {
   type ResolvedIdempotencyOptions,
 } from './idempotency.options.js';
 import { IdempotencyService } from './idempotency.service.js';
+import { openApiMarksProvider } from './openapi/openapi-marks.js';
 import { ClaimPoolLifecycle, openClaimPool } from './store/claim-pool.js';
 import { IdempotencyStore } from './store/idempotency-store.js';
 import { PostgresIdempotencyStore } from './store/postgres-idempotency.store.js';
@@ -108,6 +109,8 @@ export class IdempotencyModule extends ConfigurableModuleClass {
       EffectLedger,
       IdempotencySweeper,
       IdempotencySchemaCheck,
+      // Marks idempotent routes for @nestjs/swagger when it is installed (see applyIdempotencyToOpenApi).
+      openApiMarksProvider,
     ];
     return {
       ...definition,

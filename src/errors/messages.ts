@@ -129,6 +129,24 @@ export const messages = {
       `Outbox message ${id} (${topic}) failed, and recording the failure failed too: ${reason}. It is retried once its lock expires.`,
     roundFailed: (reason: string) => `Relay round failed: ${reason}`,
   },
+  /** What `applyIdempotencyToOpenApi` writes into an OpenAPI document. */
+  openapi: {
+    keyHeader: (required: boolean, maxKeyLength: number, ttl: string) =>
+      'Makes the request safe to retry: a retry with the same key and the same request gets the first response again ' +
+      `(with Idempotent-Replayed: true) for ${ttl}; the same key with another request answers 422. ` +
+      `${required ? 'Required.' : 'Optional: without it the request runs without idempotency.'} 1 to ${maxKeyLength} visible ` +
+      'ASCII characters (0x21-0x7E), case-sensitive; a bare token may not contain a comma, or send an RFC 8941 string ("...").',
+    replayedHeader: 'Present, with the value true, when this is the stored response of an earlier request with the same key.',
+    retryAfter: 'Seconds to wait before retrying with the same key.',
+    badRequest: 'The idempotency key is missing, malformed, repeated or too long, or the body cannot be fingerprinted.',
+    conflict: 'A request with this key is still being processed, or this attempt lost its lease; retry after Retry-After.',
+    mismatch: 'The key was already used with a different request (method, route, parameters, query or body).',
+    unavailable: 'The idempotency store cannot be reached; the request was not processed. Retry after Retry-After.',
+    problem: 'An RFC 9457 problem: `type` is a stable URI per case.',
+    swaggerUnloadable: (reason: string) =>
+      `@nestjs/swagger is installed but could not be loaded, so idempotent routes are not marked for OpenAPI: ${reason}. ` +
+      'Check that its version matches your NestJS major version.',
+  },
   /** The client (`nest-idempotency-pg/client`); no message names a key, a body or a header value. */
   client: {
     option: (name: string, expected: string, value: unknown) =>
