@@ -3,6 +3,7 @@ import { DiscoveryModule } from '@nestjs/core';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { IdempotencyConfigurationError } from './errors/configuration.error.js';
+import { IdempotencyHealthIndicator } from './health/idempotency-health.indicator.js';
 import { messages } from './errors/messages.js';
 import { IDEMPOTENCY_CLAIM_DATA_SOURCE, IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS } from './idempotency.constants.js';
 import { IdempotentRoutes } from './http/route-settings.js';
@@ -49,6 +50,7 @@ const EXPORTS = [
   // The interceptor is instantiated in each controller's module, so what it injects must be exported.
   IdempotentRoutes,
   IdempotencySweeper,
+  IdempotencyHealthIndicator,
   IDEMPOTENCY_OPTIONS,
 ];
 
@@ -109,6 +111,7 @@ export class IdempotencyModule extends ConfigurableModuleClass {
       EffectLedger,
       IdempotencySweeper,
       IdempotencySchemaCheck,
+      IdempotencyHealthIndicator,
       // Marks idempotent routes for @nestjs/swagger when it is installed (see applyIdempotencyToOpenApi).
       openApiMarksProvider,
     ];

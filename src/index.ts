@@ -30,6 +30,17 @@ export { createIdempotencyKeysMigration, CreateIdempotencyKeys1764460800000 } fr
 export { migratingDataSourceFactory, runMigrationsWithLock, type RunMigrationsOptions } from './store/run-migrations.js';
 export { createIdempotencyKeyEntity, IdempotencyKeyEntity } from './store/idempotency-key.entity.js';
 export { IdempotencySweeper, type SweepReport } from './sweeper/idempotency.sweeper.js';
+export {
+  HEALTH_PROBE_TENANT,
+  IdempotencyHealthIndicator,
+  type IdempotencyHealthOptions,
+  type IdempotencyHealthReport,
+  type IdempotencyHealthResult,
+  type IdempotencyHealthStatus,
+  type OutboxHealth,
+  type StoreHealth,
+  type SweeperHealth,
+} from './health/idempotency-health.indicator.js';
 export { applyIdempotencyToOpenApi, IDEMPOTENCY_PROBLEM_SCHEMA, type OpenApiDocumentLike } from './openapi/apply-idempotency.js';
 export type { IdempotencyOperationMark } from './openapi/openapi-marks.js';
 export { TransactionHost } from './transaction/transaction-host.js';

@@ -147,6 +147,20 @@ export const messages = {
       `@nestjs/swagger is installed but could not be loaded, so idempotent routes are not marked for OpenAPI: ${reason}. ` +
       'Check that its version matches your NestJS major version.',
   },
+  /** `IdempotencyHealthIndicator`: what its result says; never a key, a tenant or a body. */
+  health: {
+    terminusMissing:
+      'IdempotencyHealthIndicator.isHealthy() needs @nestjs/terminus: npm i @nestjs/terminus and import TerminusModule ' +
+      'where your health controller lives, or call report() for a result without Terminus.',
+    timedOut: (ms: number) => `No answer within ${ms} ms.`,
+    sweeperOverdue: (ms: number) => `The sweeper has not finished a run for ${Math.round(ms / 1000)} s.`,
+    sweeperFailed: (reason: string) => `The last sweep failed: ${reason}`,
+    backlog: (limit: number) =>
+      `At least ${limit} expired keys wait to be swept: the sweeper is off, failing or falling behind (expired keys still count as absent).`,
+    deadLetters: (count: number, capped: boolean) =>
+      `${count}${capped ? ' or more' : ''} outbox message${count === 1 && !capped ? ' is' : 's are'} dead-lettered: ` +
+      'fix the cause, then redrive them (Outbox.store.redrive()).',
+  },
   /** The client (`nest-idempotency-pg/client`); no message names a key, a body or a header value. */
   client: {
     option: (name: string, expected: string, value: unknown) =>

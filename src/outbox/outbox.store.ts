@@ -129,6 +129,16 @@ export class OutboxStore {
     );
   }
 
+  /** Counts dead-lettered messages, at most `limit` (for health checks). */
+  async countDead(limit: number): Promise<number> {
+    const { records } = await this.run(
+      `${sqlMarker('outbox-count-dead')}
+       SELECT count(*)::integer AS dead FROM (SELECT 1 FROM ${this.table} WHERE status = 'dead' LIMIT $1) AS dead`,
+      [limit],
+    );
+    return (records as Array<{ dead: number }>)[0]?.dead ?? 0;
+  }
+
   private async settle(sql: string, params: unknown[]): Promise<boolean> {
     return (await this.count(sql, params)) === 1;
   }
