@@ -1,0 +1,146 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import type pg from 'pg';
+import { ProblemType } from '../src/index.js';
+import { createTables, freshSchema, sqlClient } from './support/database.js';
+import { startGraphQLApp, type GraphQLTestApp } from './support/graphql-app.js';
+import { send, sleep, type RawResponse } from './support/http.js';
+import { ADAPTERS } from './support/test-app.js';
+
+const REFUND = `mutation Refund($input: RefundInput!) { refund(input: $input) { id label amount invocation createdAt } }`;
+
+/** `@Idempotent()` on GraphQL mutation resolvers (Apollo), over real HTTP on both adapters. */
+describe.each(ADAPTERS)('idempotent GraphQL mutations (%s)', (adapter) => {
+  let api: GraphQLTestApp;
+  let db: pg.Client;
+  let n = 0;
+  const fresh = () => `gql-${adapter}-${Date.now()}-${++n}`;
+  const effects = async (label: string) =>
+    Number((await db.query('SELECT count(*) FROM effects WHERE label = $1', [label])).rows[0].count);
+  const keyRow = async (key: string) =>
+    (await db.query('SELECT status FROM idempotency_keys WHERE key = $1', [key])).rows[0] as { status: string } | undefined;
+
+  const graphql = (query: string, variables: unknown, key?: string, tenant = 'tenant-a'): Promise<RawResponse> => {
+    const headers: Array<[string, string]> = [['X-Tenant', tenant]];
+    if (key !== undefined) headers.push(['Idempotency-Key', key]);
+    return send(api.url, 'POST', '/graphql', { headers, body: { query, variables } });
+  };
+
+  beforeAll(async () => {
+    const schema = await freshSchema(`graphql_${adapter}`);
+    await createTables(schema);
+    db = await sqlClient(schema);
+    api = await startGraphQLApp(adapter, schema);
+  });
+  afterAll(async () => {
+    await api?.close();
+    await db?.end();
+  });
+
+  it('runs the mutation once per key and replays its stored result, marked Idempotent-Replayed', async () => {
+    const label = fresh();
+    const variables = { input: { label, amount: 500 } };
+    const first = await graphql(REFUND, variables, `k-${label}`);
+    const second = await graphql(REFUND, variables, `k-${label}`);
+    expect(first.status).toBe(200);
+    expect(first.json().errors).toBeUndefined();
+    expect(first.json().data.refund).toMatchObject({ label, amount: 500, invocation: 1 });
+    expect(second.json()).toEqual(first.json());
+    expect(second.headers['idempotent-replayed']).toBe('true');
+    expect(first.headers['idempotent-replayed']).toBeUndefined();
+    expect(api.probe.count(label)).toBe(1);
+    expect(await effects(label)).toBe(1);
+  });
+
+  it('answers a missing key with a GraphQL error carrying the code, problem type and status, and runs nothing', async () => {
+    const label = fresh();
+    const res = await graphql(REFUND, { input: { label, amount: 1 } }, undefined);
+    const [error] = res.json().errors;
+    expect(error.extensions).toMatchObject({ code: 'MISSING_KEY', type: ProblemType.missingKey, status: 400 });
+    expect(res.json().data).toBeNull();
+    expect(api.probe.count(label)).toBe(0);
+  });
+
+  it('answers an invalid key with INVALID_KEY', async () => {
+    const res = await graphql(REFUND, { input: { label: fresh(), amount: 1 } }, 'a,b');
+    expect(res.json().errors[0].extensions).toMatchObject({ code: 'INVALID_KEY', type: ProblemType.invalidKey });
+  });
+
+  it('answers the same key with other arguments with MISMATCH (422), without the stored result', async () => {
+    const label = fresh();
+    await graphql(REFUND, { input: { label, amount: 500 } }, `k-${label}`);
+    const res = await graphql(REFUND, { input: { label, amount: 999 } }, `k-${label}`);
+    const body = res.json();
+    expect(body.errors[0].extensions).toMatchObject({ code: 'MISMATCH', type: ProblemType.mismatch, status: 422 });
+    expect(JSON.stringify(body)).not.toContain('"invocation"');
+    expect(api.probe.count(label)).toBe(1);
+  });
+
+  it('answers a duplicate while the first runs with CONFLICT (409) and retryAfter, and a Retry-After header', async () => {
+    const label = fresh();
+    const variables = { input: { label, amount: 5, delayMs: 800 } };
+    const first = graphql(REFUND, variables, `k-${label}`);
+    while (api.probe.count(label) === 0) await sleep(10);
+    const duplicate = await graphql(REFUND, variables, `k-${label}`);
+    expect(duplicate.json().errors[0].extensions).toMatchObject({ code: 'CONFLICT', type: ProblemType.conflict, status: 409 });
+    expect(duplicate.json().errors[0].extensions.retryAfter).toBeGreaterThanOrEqual(1);
+    expect(Number(duplicate.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+    expect((await first).json().data.refund.invocation).toBe(1);
+    expect(await effects(label)).toBe(1);
+  });
+
+  it('scopes the key per tenant', async () => {
+    const label = fresh();
+    const variables = { input: { label, amount: 5 } };
+    await graphql(REFUND, variables, `k-${label}`, 'tenant-a');
+    const other = await graphql(REFUND, variables, `k-${label}`, 'tenant-b');
+    expect(other.json().data.refund.invocation).toBe(2);
+    expect(await effects(label)).toBe(2);
+  });
+
+  it('takes the key from an argument when the resolver names one', async () => {
+    const label = fresh();
+    const query = `mutation ($id: String!, $input: RefundInput!) { refundByArgument(requestId: $id, input: $input) { label invocation } }`;
+    const first = await graphql(query, { id: `arg-${label}`, input: { label, amount: 3 } });
+    const second = await graphql(query, { id: `arg-${label}`, input: { label, amount: 3 } });
+    expect(first.json().data.refundByArgument).toEqual({ label, invocation: 1 });
+    expect(second.json()).toEqual(first.json());
+    expect(await keyRow(`arg-${label}`)).toEqual({ status: 'completed' });
+  });
+
+  it("stores a resolver's GraphQL error as a definite outcome: its writes roll back, the same error replays", async () => {
+    const label = fresh();
+    const query = `mutation ($input: RefundInput!) { declineRefund(input: $input) { id } }`;
+    const first = await graphql(query, { input: { label, amount: 3 } }, `k-${label}`);
+    const second = await graphql(query, { input: { label, amount: 3 } }, `k-${label}`);
+    expect(first.json().errors[0]).toMatchObject({
+      message: 'The charge cannot be refunded.',
+      extensions: { code: 'REFUND_DECLINED' },
+    });
+    expect(second.json()).toEqual(first.json());
+    expect(api.probe.count(label)).toBe(1);
+    expect(await effects(label)).toBe(0);
+  });
+
+  it('keeps the key of an unknown failure in flight until its lease ends, then a retry runs once', async () => {
+    const label = fresh();
+    const query = `mutation ($input: RefundInput!) { failRefund(input: $input) { id } }`;
+    const failed = await graphql(query, { input: { label, amount: 3 } }, `k-${label}`);
+    expect(failed.json().errors[0].extensions.code).not.toBe('CONFLICT');
+    const during = await graphql(query, { input: { label, amount: 3 } }, `k-${label}`);
+    expect(during.json().errors[0].extensions.code).toBe('CONFLICT');
+    await sleep(900);
+    await graphql(query, { input: { label, amount: 3 } }, `k-${label}`);
+    expect(api.probe.count(label)).toBe(2);
+    expect(await effects(label)).toBe(0);
+  });
+
+  it('releases the key when a pipe rejects the arguments before the resolver runs', async () => {
+    const label = fresh();
+    const query = `mutation ($input: RefundInput!) { validatedRefund(input: $input) { invocation } }`;
+    const rejected = await graphql(query, { input: { label, amount: -1 } }, `k-${label}`);
+    expect(rejected.json().errors).toHaveLength(1);
+    expect(await keyRow(`k-${label}`)).toBeUndefined();
+    const corrected = await graphql(query, { input: { label, amount: 1 } }, `k-${label}`);
+    expect(corrected.json().data.validatedRefund).toEqual({ invocation: 1 });
+  });
+});
