@@ -29,6 +29,8 @@ export const NEVER_REPLAYED_HEADERS = new Set(['set-cookie', 'content-length', '
 export const REPLAYED_HEADER = 'Idempotent-Replayed';
 /** DI token of the TypeORM `DataSource` the module uses. */
 export const IDEMPOTENCY_DATA_SOURCE = Symbol('IDEMPOTENCY_DATA_SOURCE');
+/** DI token of the engine's observer (spans, metrics and the typed events). */
+export const IDEMPOTENCY_OBSERVER = Symbol('IDEMPOTENCY_OBSERVER');
 /** DI token of the small data source the module's own short statements use (or undefined: the main one). */
 export const IDEMPOTENCY_CLAIM_DATA_SOURCE = Symbol('IDEMPOTENCY_CLAIM_DATA_SOURCE');
 /** Connections reserved for claims, replays, conflicts, releases and lease renewals. */

@@ -138,6 +138,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         waitMs: route.options.waitMs,
         heartbeat: route.options.heartbeat,
         claimMode: route.options.claimMode,
+        label: route.name,
         onFailure,
       };
       const outcome = route.options.phases

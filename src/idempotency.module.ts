@@ -5,7 +5,12 @@ import type { DataSource } from 'typeorm';
 import { IdempotencyConfigurationError } from './errors/configuration.error.js';
 import { IdempotencyHealthIndicator } from './health/idempotency-health.indicator.js';
 import { messages } from './errors/messages.js';
-import { IDEMPOTENCY_CLAIM_DATA_SOURCE, IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS } from './idempotency.constants.js';
+import {
+  IDEMPOTENCY_CLAIM_DATA_SOURCE,
+  IDEMPOTENCY_DATA_SOURCE,
+  IDEMPOTENCY_OBSERVER,
+  IDEMPOTENCY_OPTIONS,
+} from './idempotency.constants.js';
 import { IdempotentRoutes } from './http/route-settings.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import {
@@ -23,6 +28,8 @@ import {
 import { IdempotencyService } from './idempotency.service.js';
 import { openApiMarksProvider } from './openapi/openapi-marks.js';
 import { ClaimPoolLifecycle, openClaimPool } from './store/claim-pool.js';
+import { IdempotencyEvents } from './telemetry/events.js';
+import { createEngineObserver } from './telemetry/opentelemetry.js';
 import { IdempotencyStore } from './store/idempotency-store.js';
 import { PostgresIdempotencyStore } from './store/postgres-idempotency.store.js';
 import { IdempotencySchemaCheck } from './store/schema-check.js';
@@ -88,6 +95,13 @@ export class IdempotencyModule extends ConfigurableModuleClass {
         inject: [IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS],
       },
       ClaimPoolLifecycle,
+      IdempotencyEvents,
+      {
+        provide: IDEMPOTENCY_OBSERVER,
+        useFactory: (events: IdempotencyEvents, options: ResolvedIdempotencyOptions) =>
+          createEngineObserver(events, options.telemetry),
+        inject: [IdempotencyEvents, IDEMPOTENCY_OPTIONS],
+      },
       extras.store
         ? { provide: IdempotencyStore, useClass: extras.store }
         : {

@@ -189,6 +189,12 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
    */
   preparedStatements?: boolean;
   /**
+   * Write OpenTelemetry spans and metrics when `@opentelemetry/api` is
+   * installed (with no SDK registered they cost nothing). The typed events
+   * (`IdempotencyEvents`) are emitted either way. Default `true`.
+   */
+  telemetry?: boolean;
+  /**
    * Connections of a small pool of the module's own, for claims, replays,
    * 409/422 answers, releases and lease renewals, so they never queue behind
    * business transactions. `0` shares the app's pool. Default 2.
@@ -226,6 +232,7 @@ export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
   unavailableRetryAfter: number;
   preparedStatements: boolean;
   reservedConnections: number;
+  telemetry: boolean;
   /** How a sweep runs, scheduled (`scheduled`) or called through `IdempotencyService.sweep()`. */
   sweep: { scheduled: boolean; intervalMs: number; batchSize: number; maxDurationMs: number; dutyCycle: number };
   outbox: ResolvedOutboxOptions;
@@ -284,6 +291,7 @@ export function resolveIdempotencyOptions(options: IdempotencyModuleOptions | un
     tableName,
     unavailableRetryAfter,
     preparedStatements: booleanOption(options.preparedStatements ?? false, 'preparedStatements'),
+    telemetry: booleanOption(options.telemetry ?? true, 'telemetry'),
     reservedConnections: nonNegativeInteger(options.reservedConnections ?? DEFAULT_RESERVED_CONNECTIONS, 'reservedConnections'),
     sweep: resolveSweep(options.sweep),
     outbox: resolveOutbox(options.outbox),

@@ -1,4 +1,4 @@
-import { Inject, Injectable } from '@nestjs/common';
+import { Inject, Injectable, Optional } from '@nestjs/common';
 import type { DataSource, EntityManager } from 'typeorm';
 import {
   IdempotencyEngine,
@@ -10,7 +10,8 @@ import {
 } from './core/idempotency-engine.js';
 import type { Phases } from './core/phases.js';
 import { fingerprintValue } from './core/fingerprint.js';
-import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS } from './idempotency.constants.js';
+import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OBSERVER, IDEMPOTENCY_OPTIONS } from './idempotency.constants.js';
+import type { EngineObserver } from './core/observer.js';
 import {
   resolveRouteOptions,
   type FailurePolicy,
@@ -40,6 +41,8 @@ export interface ExecuteInput {
   claimMode?: ClaimMode;
   /** Renew the lease while `work` runs. Default the module's `heartbeat` (`true`). */
   heartbeat?: boolean;
+  /** Names this kind of work in spans, metrics and events (e.g. `'refund-consumer'`); never put a key in it. Default `'execute'`. */
+  label?: string;
 }
 
 const JSON_HEADERS: Array<[string, string]> = [['content-type', 'application/json']];
@@ -66,8 +69,9 @@ export class IdempotencyService {
     readonly store: IdempotencyStore<EntityManager>,
     @Inject(IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
     @Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: DataSource,
+    @Optional() @Inject(IDEMPOTENCY_OBSERVER) observer?: EngineObserver,
   ) {
-    this.engine = new IdempotencyEngine(store);
+    this.engine = new IdempotencyEngine(store, observer);
   }
 
   /**
@@ -131,6 +135,7 @@ export class IdempotencyService {
       waitMs: route.waitMs,
       heartbeat: route.heartbeat,
       claimMode: route.claimMode,
+      label: input.label ?? 'execute',
       onFailure: (): FailureDecision => ({ action: route.onError === 'release' ? 'release' : 'keep' }),
     };
   }

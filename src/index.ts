@@ -76,3 +76,9 @@ export type { EffectLedgerOptions, KeyExtractor } from './idempotency.options.js
 export { EffectLedger, EffectLedgerUsageError, type EffectKeyOptions } from './ledger/effect-ledger.js';
 export { createEffectLedgerMigration, CreateEffectLedger1764806400000 } from './ledger/effect-ledger.migration.js';
 export { IdempotencyGraphQLError, type IdempotencyErrorExtensions } from './graphql/graphql-problem.js';
+export {
+  IdempotencyEvents,
+  type IdempotencyEvent,
+  type IdempotencyEventListener,
+  type IdempotencyOutcome,
+} from './telemetry/events.js';

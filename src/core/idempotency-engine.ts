@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type {
   ClaimRef,
@@ -16,6 +17,7 @@ import {
   StoreUnavailableError,
   WorkFailure,
 } from './errors.js';
+import { SILENT_OBSERVER, type EngineObserver, type IdempotencyOutcome } from './observer.js';
 import { Phases } from './phases.js';
 
 /**
@@ -55,6 +57,8 @@ export interface WorkScope {
    * `waitMs`), and a failure rolls the claim back with everything else.
    */
   claimMode?: ClaimMode;
+  /** Names the work in spans, metrics and events (e.g. the controller method); never the key. */
+  label?: string;
 }
 
 export type ClaimMode = 'separate' | 'request-transaction';
@@ -107,6 +111,12 @@ interface LocalExecution {
   settled: Promise<StoredResponse | undefined>;
 }
 
+/** What an execution learnt on its way, for its outcome event. */
+interface Trace {
+  attempt?: number;
+  failure?: 'released' | 'kept';
+}
+
 /** Longest pause between two looks at a key in flight elsewhere, while a duplicate waits for it. */
 const MAX_WAIT_PAUSE_MS = 250;
 
@@ -123,23 +133,85 @@ const MAX_WAIT_PAUSE_MS = 250;
 export class IdempotencyEngine<Tx> {
   private readonly local = new Map<string, LocalExecution>();
 
-  constructor(private readonly store: IdempotencyStore<Tx>) {}
+  /** What each running execution has learnt so far, for its outcome event. */
+  private readonly traces = new WeakMap<WorkScope, Trace>();
 
-  async execute<R>(work: IdempotentWork<Tx, R>): Promise<EngineOutcome<R>> {
-    if (work.claimMode === 'request-transaction') return this.executeInTransaction(work);
-    const claimed = await this.claim(work);
-    if (claimed.kind === 'replayed') return claimed;
-    return this.holding(work, claimed.held, () => this.runClaimed(work, claimed.held));
+  constructor(
+    private readonly store: IdempotencyStore<Tx>,
+    private readonly observer: EngineObserver = SILENT_OBSERVER,
+  ) {}
+
+  execute<R>(work: IdempotentWork<Tx, R>): Promise<EngineOutcome<R>> {
+    return this.observe(work, async () => {
+      if (work.claimMode === 'request-transaction') return this.executeInTransaction(work);
+      const claimed = await this.claim(work);
+      if (claimed.kind === 'replayed') return claimed;
+      return this.holding(work, claimed.held, () => this.runClaimed(work, claimed.held));
+    });
   }
 
   /**
    * Like `execute`, for work written as phases (see `Phases`): a takeover
    * resumes after the last recorded phase instead of starting at the top.
    */
-  async executePhased<R>(work: PhasedWork<Tx, R>): Promise<EngineOutcome<R>> {
-    const claimed = await this.claim(work);
-    if (claimed.kind === 'replayed') return claimed;
-    return this.holding(work, claimed.held, () => this.runPhased(work, claimed.held));
+  executePhased<R>(work: PhasedWork<Tx, R>): Promise<EngineOutcome<R>> {
+    return this.observe(work, async () => {
+      const claimed = await this.claim(work);
+      if (claimed.kind === 'replayed') return claimed;
+      return this.holding(work, claimed.held, () => this.runPhased(work, claimed.held));
+    });
+  }
+
+  /**
+   * One span around the execution, and one outcome event when it ends. The
+   * span and the event name the route and the attempt, never the key, the
+   * tenant or the body.
+   */
+  private observe<R>(work: WorkScope, run: () => Promise<EngineOutcome<R>>): Promise<EngineOutcome<R>> {
+    const route = work.label ?? 'execute';
+    return this.observer.span('idempotency.execute', { 'idempotency.route': route }, async (annotate) => {
+      const trace: Trace = {};
+      this.traces.set(work, trace);
+      const started = performance.now();
+      let outcome: IdempotencyOutcome = 'error';
+      try {
+        const result = await run();
+        if (result.kind === 'executed') outcome = (trace.attempt ?? 1) > 1 ? 'takeover' : 'executed';
+        else outcome = result.kind;
+        return result;
+      } catch (error) {
+        outcome = trace.failure ?? outcomeOf(error);
+        throw error;
+      } finally {
+        annotate({ 'idempotency.outcome': outcome, ...(trace.attempt ? { 'idempotency.attempt': trace.attempt } : {}) });
+        this.observer.emit({ type: 'outcome', outcome, route, attempt: trace.attempt, durationMs: performance.now() - started });
+      }
+    });
+  }
+
+  /** A store's claim, in a span of its own, with a claim event. */
+  private async observedClaim(work: WorkScope, claim: () => Promise<ClaimResult>): Promise<ClaimResult> {
+    const started = performance.now();
+    let state: ClaimResult['state'] | 'failed' = 'failed';
+    try {
+      return await this.observer.span('idempotency.claim', {}, async (annotate) => {
+        const result = await claim();
+        state = result.state;
+        annotate({ 'idempotency.claim.state': result.state });
+        return result;
+      });
+    } finally {
+      this.observer.emit({ type: 'claim', state, route: work.label ?? 'execute', durationMs: performance.now() - started });
+    }
+  }
+
+  /** A store's completion, in a span of its own. */
+  private observedComplete(complete: () => Promise<boolean>): Promise<boolean> {
+    return this.observer.span('idempotency.complete', {}, async (annotate) => {
+      const completed = await complete();
+      annotate({ 'idempotency.completed': completed });
+      return completed;
+    });
   }
 
   private async runClaimed<R>(work: IdempotentWork<Tx, R>, held: Held): Promise<EngineOutcome<R>> {
@@ -150,7 +222,8 @@ export class IdempotencyEngine<Tx> {
         const done = await work.run(tx, held.claim).catch((error: unknown) => Promise.reject(new WorkFailure(error)));
         // Fenced by the owner token inside the same transaction: if another
         // attempt took the key over, throwing here discards the work's writes.
-        if (!(await this.store.complete(held.ref, done.response, work.ttlMs, tx))) throw new LeaseLostError();
+        if (!(await this.observedComplete(() => this.store.complete(held.ref, done.response, work.ttlMs, tx))))
+          throw new LeaseLostError();
         return done;
       });
       return { kind: 'executed', response, result };
@@ -170,7 +243,10 @@ export class IdempotencyEngine<Tx> {
       if (error instanceof LeaseLostError || error instanceof StoreUnavailableError) throw error;
       return this.settleFailure(held, work, error, phases.hasProgress);
     }
-    const completed = await this.guard(() => this.store.complete(held.ref, done.response, work.ttlMs), held);
+    const completed = await this.guard(
+      () => this.observedComplete(() => this.store.complete(held.ref, done.response, work.ttlMs)),
+      held,
+    );
     if (!completed) throw new LeaseLostError();
     return { kind: 'executed', ...done };
   }
@@ -192,13 +268,18 @@ export class IdempotencyEngine<Tx> {
       return await this.store.transaction(async (tx): Promise<EngineOutcome<R>> => {
         started = true;
         const request = this.request(work);
-        const claimed = this.interpret(work, request, await this.store.claim(request, tx, work.waitMs ?? 0));
+        const claimed = this.interpret(
+          work,
+          request,
+          await this.observedClaim(work, () => this.store.claim(request, tx, work.waitMs ?? 0)),
+        );
         if (claimed.kind === 'replayed') return claimed;
         const held = claimed.held;
         // No heartbeat: nobody else can see, let alone take over, an uncommitted claim.
         return this.holding({ ...work, heartbeat: false }, held, async () => {
           const done = await work.run(tx, held.claim).catch((error: unknown) => Promise.reject(new WorkFailure(error)));
-          if (!(await this.store.complete(held.ref, done.response, work.ttlMs, tx))) throw new LeaseLostError();
+          if (!(await this.observedComplete(() => this.store.complete(held.ref, done.response, work.ttlMs, tx))))
+            throw new LeaseLostError();
           return { kind: 'executed', ...done };
         });
       });
@@ -213,12 +294,20 @@ export class IdempotencyEngine<Tx> {
   /** A failure in request-transaction mode: the claim rolled back with the work; only 'store' writes anything. */
   private async settleRolledBack<R>(work: WorkScope, error: unknown): Promise<EngineOutcome<R>> {
     const decision = await work.onFailure(error);
+    const trace = this.traces.get(work);
+    // The claim rolled back with the work: the key is free again either way.
+    if (trace) trace.failure = 'released';
     if (decision.action !== 'store') throw error;
     const request = this.request(work);
-    const claimed = await this.guardClaim(() => this.store.claim(request)).then((claim) => this.interpret(work, request, claim));
+    const claimed = await this.guardClaim(() => this.observedClaim(work, () => this.store.claim(request))).then((claim) =>
+      this.interpret(work, request, claim),
+    );
     // Another attempt got the key in between: its outcome stands, and this client still gets its own answer.
     if (claimed.kind === 'claimed')
-      await this.guard(() => this.store.complete(claimed.held.ref, decision.response, work.ttlMs), claimed.held);
+      await this.guard(
+        () => this.observedComplete(() => this.store.complete(claimed.held.ref, decision.response, work.ttlMs)),
+        claimed.held,
+      );
     return { kind: 'failure-stored', response: decision.response, error };
   }
 
@@ -237,7 +326,11 @@ export class IdempotencyEngine<Tx> {
     for (let pause = 20; ; pause = Math.min(pause * 2, MAX_WAIT_PAUSE_MS)) {
       const request = this.request(work);
       try {
-        return this.interpret(work, request, await this.guardClaim(() => this.store.claim(request)));
+        return this.interpret(
+          work,
+          request,
+          await this.guardClaim(() => this.observedClaim(work, () => this.store.claim(request))),
+        );
       } catch (error) {
         const left = deadline - Date.now();
         if (!(error instanceof KeyInFlightError) || left <= 0) throw error;
@@ -289,7 +382,9 @@ export class IdempotencyEngine<Tx> {
         throw new KeyInFlightError(claim.retryAfterSeconds);
       case 'mismatch':
         throw new FingerprintMismatchError();
-      case 'claimed':
+      case 'claimed': {
+        const trace = this.traces.get(work);
+        if (trace) trace.attempt = claim.attempt;
         return {
           kind: 'claimed',
           held: {
@@ -299,6 +394,7 @@ export class IdempotencyEngine<Tx> {
             leaseEndsAt: Date.now() + work.leaseMs,
           },
         };
+      }
     }
   }
 
@@ -369,9 +465,14 @@ export class IdempotencyEngine<Tx> {
    */
   private async settleFailure<R>(held: Held, work: WorkScope, error: unknown, hasProgress: boolean): Promise<EngineOutcome<R>> {
     const decision = await work.onFailure(error);
+    const trace = this.traces.get(work);
+    if (trace && decision.action !== 'store') trace.failure = decision.action === 'release' && !hasProgress ? 'released' : 'kept';
     switch (decision.action) {
       case 'store': {
-        const stored = await this.guard(() => this.store.complete(held.ref, decision.response, work.ttlMs), held);
+        const stored = await this.guard(
+          () => this.observedComplete(() => this.store.complete(held.ref, decision.response, work.ttlMs)),
+          held,
+        );
         if (!stored) throw new LeaseLostError();
         return { kind: 'failure-stored', response: decision.response, error };
       }
@@ -408,6 +509,14 @@ export class IdempotencyEngine<Tx> {
       throw error;
     }
   }
+}
+
+function outcomeOf(error: unknown): IdempotencyOutcome {
+  if (error instanceof KeyInFlightError) return 'conflict';
+  if (error instanceof FingerprintMismatchError) return 'mismatch';
+  if (error instanceof LeaseLostError) return 'lease-lost';
+  if (error instanceof StoreUnavailableError) return 'unavailable';
+  return 'error';
 }
 
 /** Where a key's execution is found in this process. */

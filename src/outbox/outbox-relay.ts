@@ -1,8 +1,9 @@
-import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { randomUUID } from 'node:crypto';
 import { messages } from '../errors/messages.js';
-import { IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
+import type { EngineObserver } from '../core/observer.js';
+import { IDEMPOTENCY_OBSERVER, IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { scheduleInterval } from '../sweeper/scheduler-registry.js';
 import { Outbox } from './outbox.js';
@@ -73,6 +74,7 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
     private readonly outbox: Outbox,
     @Inject(IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
     private readonly moduleRef: ModuleRef,
+    @Optional() @Inject(IDEMPOTENCY_OBSERVER) private readonly observer?: EngineObserver,
   ) {}
 
   /** Registers the handler of `topic` (one per topic), e.g. in your service's `onModuleInit`. */
@@ -126,6 +128,8 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
     };
     await Promise.all(Array.from({ length: Math.min(o.concurrency, queue.length) }, worker));
     if (report.claimed > 0) this.logger.log(messages.outbox.relayed(report));
+    const { claimed, delivered, retried, deadLettered, timedOut, unsettled } = report;
+    this.observer?.emit({ type: 'outbox', claimed, delivered, retried, deadLettered, timedOut, unsettled });
     return report;
   }
 

@@ -1,6 +1,7 @@
-import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
-import { IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
+import type { EngineObserver } from '../core/observer.js';
+import { IDEMPOTENCY_OBSERVER, IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { IdempotencyStore, type SweepResult } from '../store/idempotency-store.js';
 import { scheduleInterval } from './scheduler-registry.js';
@@ -29,6 +30,7 @@ export class IdempotencySweeper implements OnApplicationBootstrap, OnApplication
     private readonly store: IdempotencyStore,
     @Inject(IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
     private readonly moduleRef: ModuleRef,
+    @Optional() @Inject(IDEMPOTENCY_OBSERVER) private readonly observer?: EngineObserver,
   ) {}
 
   async onApplicationBootstrap(): Promise<void> {
@@ -57,6 +59,7 @@ export class IdempotencySweeper implements OnApplicationBootstrap, OnApplication
     try {
       const result = await this.store.sweep({ batchSize, maxDurationMs, dutyCycle });
       this.lastRun = { ...result, finishedAt: new Date() };
+      this.observer?.emit({ type: 'sweep', failed: false, ...pick(result) });
       if (result.ran) {
         this.logger.log(
           `Swept ${result.deleted} expired keys in ${result.batches} batches, ${result.durationMs} ms (${result.restedMs} ms resting).`,
@@ -66,8 +69,13 @@ export class IdempotencySweeper implements OnApplicationBootstrap, OnApplication
       }
     } catch (error) {
       this.lastRun = { ran: false, deleted: 0, batches: 0, durationMs: 0, restedMs: 0, finishedAt: new Date(), error };
+      this.observer?.emit({ type: 'sweep', failed: true, ...pick(this.lastRun) });
       this.logger.warn(`Sweep failed: ${error instanceof Error ? error.message : String(error)}`);
     }
     return this.lastRun;
   }
+}
+
+function pick(result: SweepResult): { ran: boolean; deleted: number; batches: number; durationMs: number } {
+  return { ran: result.ran, deleted: result.deleted, batches: result.batches, durationMs: result.durationMs };
 }
