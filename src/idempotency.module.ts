@@ -58,6 +58,7 @@ const EXPORTS = [
   IdempotentRoutes,
   IdempotencySweeper,
   IdempotencyHealthIndicator,
+  IdempotencyEvents,
   IDEMPOTENCY_OPTIONS,
 ];
 
