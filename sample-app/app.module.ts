@@ -1,6 +1,8 @@
 import { ClassSerializerInterceptor, Logger, Module, ValidationPipe, type DynamicModule } from '@nestjs/common';
 import { APP_GUARD, APP_INTERCEPTOR, APP_PIPE } from '@nestjs/core';
 import { ScheduleModule } from '@nestjs/schedule';
+import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
+import { GraphQLModule } from '@nestjs/graphql';
 import { TerminusModule } from '@nestjs/terminus';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource } from 'typeorm';
@@ -15,6 +17,7 @@ import { faultInjectionProviders } from './faults/fault-injection.interceptor.js
 import { HealthController } from './health/health.controller.js';
 import { OrdersModule } from './orders/orders.module.js';
 import { FakePaymentProviderModule } from './provider/fake-payment-provider.module.js';
+import { RefundsModule } from './refunds/refunds.module.js';
 
 export type AppModuleConfig = SampleConfig & { databaseUrl: string };
 
@@ -44,19 +47,36 @@ export class AppModule {
         }),
         // The module's sweeper registers its interval with @nestjs/schedule.
         ScheduleModule.forRoot(),
+        // POST /graphql (the refunds' mutation); the request goes into the context, where the module reads its key.
+        GraphQLModule.forRoot<ApolloDriverConfig>({
+          driver: ApolloDriver,
+          autoSchemaFile: true,
+          // Apollo's Express integration passes ({ req, res }), its Fastify integration (request, reply).
+          context: (first: { req?: unknown; res?: unknown }, reply?: unknown) =>
+            first.req ? { req: first.req, res: first.res } : { req: first, reply },
+        }),
         IdempotencyModule.forRoot({
-          // ApiKeyGuard (a global guard) runs before the module's interceptor and sets the tenant.
-          tenant: (context) => context.switchToHttp().getRequest<AuthenticatedRequest>().tenant,
+          // HTTP and GraphQL: ApiKeyGuard (a global guard) runs before the module's interceptors and sets the tenant.
+          // Messages: the merchant account the publisher wrote into the refund request.
+          tenant: (context) => {
+            if (context.getType() === 'rpc') return context.switchToRpc().getData<{ tenant?: string }>().tenant;
+            if (context.getType<string>() === 'graphql')
+              return context.getArgByIndex<{ req?: AuthenticatedRequest }>(2)?.req?.tenant;
+            return context.switchToHttp().getRequest<AuthenticatedRequest>().tenant;
+          },
           lease: config.leaseMs,
           ttl: config.ttlMs,
           sweep: { interval: config.sweepIntervalMs },
           // The checkout's receipts: delivered by the relay, at least once.
           outbox: { relay: { interval: 500 } },
+          // Refunds, once for ever per refund id (the start-up check requires its table).
+          ledger: {},
         }),
         TerminusModule,
         ChargesModule,
         OrdersModule.register({ paymentProvider: { url: config.paymentProviderUrl, apiKey: config.paymentProviderKey } }),
         FakePaymentProviderModule.register({ apiKey: config.paymentProviderKey }),
+        RefundsModule,
       ],
       controllers: [HealthController],
       providers: [

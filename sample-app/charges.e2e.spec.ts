@@ -564,18 +564,22 @@ describe('sample app startup and health', () => {
         'CreateOrders1764547300000',
         'AddChargeRiskScore1764720000000',
         'AddProviderAccounts1764720100000',
+        'CreateEffectLedger1764806400000',
+        'CreateRefunds1764806500000',
       ]);
       const tables = await db.query('SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1', [
         schema,
       ]);
       expect(tables.rows.map((r) => r.table_name)).toEqual([
         'charges',
+        'effect_ledger',
         'idempotency_keys',
         'migrations',
         'orders',
         'outbox_messages',
         'provider_charges',
         'receipt_deliveries',
+        'refunds',
       ]);
     } finally {
       await db.end();

@@ -32,6 +32,10 @@ export interface SampleConfig {
   shutdownTimeoutMs: number;
   /** Whether Nest logs; tests turn it off. */
   logger: boolean;
+  /** `RABBITMQ_URL`: when set, the app also consumes refund requests from RabbitMQ; unset, no broker is needed. */
+  rabbitmqUrl?: string;
+  /** `REFUND_QUEUE`, default `refund-requests`: the queue of refund requests (its dead letters go to `<queue>.dead`). */
+  refundQueue: string;
 }
 
 export const DEFAULT_API_KEYS = 'demo-key-tenant-a:tenant-a,demo-key-tenant-b:tenant-b';
@@ -63,6 +67,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): SampleConfig {
     paymentProviderKey,
     shutdownTimeoutMs: integer(env, 'SHUTDOWN_TIMEOUT_MS', { min: 0 }) ?? 10_000,
     logger: true,
+    rabbitmqUrl: nonEmpty(env.RABBITMQ_URL),
+    refundQueue: nonEmpty(env.REFUND_QUEUE) ?? 'refund-requests',
   };
 }
 

@@ -5,6 +5,7 @@ import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fa
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { applyIdempotencyToOpenApi } from '../src/index.js';
 import { AppModule, type AppModuleConfig } from './app.module.js';
+import { declareDeadLetterQueue, refundConsumerOptions } from './refunds/rabbitmq.js';
 
 /** Largest accepted request body on both adapters: 1 MiB. */
 export const BODY_LIMIT_BYTES = 1024 * 1024;
@@ -33,6 +34,12 @@ export async function createSampleApp(config: AppModuleConfig): Promise<INestApp
     app = express;
   }
   serveOpenApi(app);
+  if (config.rabbitmqUrl) {
+    // The refund requests' consumer, only when a broker is given: without RABBITMQ_URL the app needs no broker.
+    await declareDeadLetterQueue(config.rabbitmqUrl, config.refundQueue);
+    app.connectMicroservice(refundConsumerOptions(config.rabbitmqUrl, config.refundQueue), { inheritAppConfig: true });
+    await app.startAllMicroservices();
+  }
   return app;
 }
 

@@ -8,6 +8,13 @@ export const API_KEYS = Symbol('API_KEYS');
 
 const BEARER = /^Bearer +([\x21-\x7e]+) *$/i;
 
+/** What the app's GraphQL context carries (see GraphQLModule in app.module.ts). */
+interface GraphQLContext {
+  req: AuthenticatedRequest;
+  res?: unknown;
+  reply?: unknown;
+}
+
 /**
  * Authenticates `Authorization: Bearer <key>` and records the key's tenant on
  * the request, where the idempotency module's tenant resolver reads it.
@@ -24,11 +31,15 @@ export class ApiKeyGuard implements CanActivate {
 
   canActivate(context: ExecutionContext): boolean {
     if (this.reflector.getAllAndOverride<boolean>(PUBLIC_ROUTE, [context.getHandler(), context.getClass()])) return true;
+    // Messages come through the broker, which authenticated their publisher: there is no API key to check.
+    if (context.getType() === 'rpc') return true;
+    const graphql = context.getType<string>() === 'graphql' ? context.getArgByIndex<GraphQLContext>(2) : undefined;
     const http = context.switchToHttp();
-    const request = http.getRequest<AuthenticatedRequest>();
+    const request = graphql ? graphql.req : http.getRequest<AuthenticatedRequest>();
     const tenant = this.tenantFor(request.headers.authorization);
     if (tenant === undefined) {
-      this.adapterHost.httpAdapter.setHeader(http.getResponse(), 'WWW-Authenticate', 'Bearer realm="payments"');
+      const response = graphql ? (graphql.res ?? graphql.reply) : http.getResponse();
+      if (response) this.adapterHost.httpAdapter.setHeader(response, 'WWW-Authenticate', 'Bearer realm="payments"');
       throw new UnauthorizedException({
         type: 'about:blank',
         title: 'Unauthorized',

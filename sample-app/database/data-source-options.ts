@@ -1,10 +1,15 @@
 import type { DataSourceOptions } from 'typeorm';
-import { CreateIdempotencyKeys1764460800000, CreateOutboxMessages1764547200000 } from '../../src/index.js';
+import {
+  CreateEffectLedger1764806400000,
+  CreateIdempotencyKeys1764460800000,
+  CreateOutboxMessages1764547200000,
+} from '../../src/index.js';
 import { ChargeEntity } from '../charges/charge.entity.js';
 import { CreateCharges1764460900000 } from '../migrations/1764460900000-create-charges.js';
 import { CreateOrders1764547300000 } from '../migrations/1764547300000-create-orders.js';
 import { AddChargeRiskScore1764720000000 } from '../migrations/1764720000000-add-charge-risk-score.js';
 import { AddProviderAccounts1764720100000 } from '../migrations/1764720100000-add-provider-accounts.js';
+import { CreateRefunds1764806500000 } from '../migrations/1764806500000-create-refunds.js';
 
 /** The app's TypeORM options: schema by migrations only, never `synchronize`. */
 export function dataSourceOptions(url: string, schema: string | undefined): DataSourceOptions {
@@ -21,6 +26,8 @@ export function dataSourceOptions(url: string, schema: string | undefined): Data
       CreateOrders1764547300000,
       AddChargeRiskScore1764720000000,
       AddProviderAccounts1764720100000,
+      CreateEffectLedger1764806400000,
+      CreateRefunds1764806500000,
     ],
     // Run by runMigrationsSerialised() after initialisation, under a lock (see there).
     migrationsRun: false,

@@ -1,0 +1,178 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import type { INestApplication } from '@nestjs/common';
+import { randomUUID } from 'node:crypto';
+import amqp, { type Channel, type ChannelModel } from 'amqplib';
+import type pg from 'pg';
+import { RABBITMQ_URL, waitFor } from '../test/support/brokers.js';
+import { databaseUrl, freshSchema, sqlClient } from '../test/support/database.js';
+import { send, type RawResponse } from '../test/support/http.js';
+import { loadConfig, type HttpAdapterName } from './config.js';
+import { createSampleApp } from './create-app.js';
+import { deadLetterQueue } from './refunds/rabbitmq.js';
+
+const ADAPTERS: HttpAdapterName[] = ['express', 'fastify'];
+const KEY_A = 'demo-key-tenant-a';
+const REQUEST_REFUND = `mutation ($input: RequestRefundInput!) {
+  requestRefund(input: $input) { id refundId chargeId amount status source created }
+}`;
+
+async function startSampleApp(adapter: HttpAdapterName, schema: string, env: Record<string, string> = {}) {
+  const config = loadConfig({ HTTP_ADAPTER: adapter, DATABASE_URL: databaseUrl(), ...env });
+  const app = await createSampleApp({ ...config, databaseUrl: databaseUrl(), databaseSchema: schema, logger: false });
+  await app.listen(0, '127.0.0.1');
+  return { app, url: (await app.getUrl()).replace('[::1]', '127.0.0.1') };
+}
+
+/** A charge of tenant-a to refund, made through the API. */
+async function createCharge(url: string, amount = 2_500): Promise<string> {
+  const res = await send(url, 'POST', '/charges', {
+    headers: [
+      ['Authorization', `Bearer ${KEY_A}`],
+      ['Idempotency-Key', randomUUID()],
+    ],
+    body: { amount, currency: 'usd', customer: 'cus_refunds' },
+  });
+  expect(res.status).toBe(201);
+  return res.json().id as string;
+}
+
+describe.each(ADAPTERS)('sample refunds over GraphQL (%s)', (adapter) => {
+  let api: { app: INestApplication; url: string };
+  let db: pg.Client;
+
+  beforeAll(async () => {
+    const schema = await freshSchema(`sample_refunds_${adapter}`);
+    api = await startSampleApp(adapter, schema);
+    db = await sqlClient(schema);
+  });
+  afterAll(async () => {
+    await api?.app.close();
+    await db?.end();
+  });
+
+  const requestRefund = (input: unknown, key: string | undefined, apiKey: string | null = KEY_A): Promise<RawResponse> => {
+    const headers: Array<[string, string]> = [];
+    if (apiKey) headers.push(['Authorization', `Bearer ${apiKey}`]);
+    if (key) headers.push(['Idempotency-Key', key]);
+    return send(api.url, 'POST', '/graphql', { headers, body: { query: REQUEST_REFUND, variables: { input } } });
+  };
+  const refundRows = async (refundId: string) =>
+    Number((await db.query('SELECT count(*) FROM refunds WHERE refund_id = $1', [refundId])).rows[0].count);
+
+  it('refunds once per key, replays the same refund on a retry, and marks the replay', async () => {
+    const chargeId = await createCharge(api.url);
+    const input = { refundId: `rf-${randomUUID()}`, chargeId, amount: 1_000 };
+    const key = randomUUID();
+    const first = await requestRefund(input, key);
+    const retry = await requestRefund(input, key);
+    expect(first.json().errors).toBeUndefined();
+    expect(first.json().data.requestRefund).toMatchObject({ ...input, status: 'refunded', source: 'graphql' });
+    expect(retry.json()).toEqual(first.json());
+    expect(retry.headers['idempotent-replayed']).toBe('true');
+    expect(await refundRows(input.refundId)).toBe(1);
+  });
+
+  it('refunds a refund id once for ever: a new key for the same refund id finds it in the effect ledger', async () => {
+    const chargeId = await createCharge(api.url);
+    const input = { refundId: `rf-${randomUUID()}`, chargeId, amount: 700 };
+    const first = await requestRefund(input, randomUUID());
+    const again = await requestRefund(input, randomUUID());
+    expect(again.json().data.requestRefund).toMatchObject({ id: first.json().data.requestRefund.id, status: 'already-refunded' });
+    expect(await refundRows(input.refundId)).toBe(1);
+  });
+
+  it('answers a refund of an unknown charge with a GraphQL error that is stored and replayed', async () => {
+    const input = { refundId: `rf-${randomUUID()}`, chargeId: 'ch_missing', amount: 1 };
+    const key = randomUUID();
+    const first = await requestRefund(input, key);
+    const retry = await requestRefund(input, key);
+    expect(first.json().errors[0].extensions.code).toBe('CHARGE_NOT_FOUND');
+    expect(retry.json()).toEqual(first.json());
+    // The refusal rolled the ledger row back with everything else: the id is still free.
+    expect(
+      (await db.query('SELECT count(*) FROM effect_ledger WHERE key = $1', [`refund:${input.refundId}`])).rows[0].count,
+    ).toBe('0');
+  });
+
+  it('needs an idempotency key and an API key, and refunds nothing without them', async () => {
+    const chargeId = await createCharge(api.url);
+    const input = { refundId: `rf-${randomUUID()}`, chargeId, amount: 1 };
+    const noKey = await requestRefund(input, undefined);
+    expect(noKey.json().errors[0].extensions).toMatchObject({ code: 'MISSING_KEY', status: 400 });
+    const noAuth = await requestRefund(input, randomUUID(), null);
+    expect(noAuth.json().errors).toHaveLength(1);
+    expect(noAuth.json().data).toBeNull();
+    expect(await refundRows(input.refundId)).toBe(0);
+  });
+});
+
+describe('sample refund requests over RabbitMQ', () => {
+  let api: { app: INestApplication; url: string };
+  let db: pg.Client;
+  let connection: ChannelModel;
+  let channel: Channel;
+  const queue = `sample-refunds-${randomUUID().slice(0, 8)}`;
+
+  beforeAll(async () => {
+    const schema = await freshSchema('sample_refunds_rabbitmq');
+    api = await startSampleApp('express', schema, { RABBITMQ_URL, REFUND_QUEUE: queue });
+    db = await sqlClient(schema);
+    connection = await amqp.connect(RABBITMQ_URL);
+    channel = await connection.createChannel();
+  });
+  afterAll(async () => {
+    await api?.app.close();
+    await channel?.deleteQueue(queue).catch(() => undefined);
+    await channel?.deleteQueue(deadLetterQueue(queue)).catch(() => undefined);
+    await connection?.close();
+    await db?.end();
+  });
+
+  const publish = (data: Record<string, unknown>, messageId?: string) =>
+    channel.sendToQueue(
+      queue,
+      Buffer.from(JSON.stringify({ pattern: 'refund.requested', data })),
+      messageId ? { messageId } : {},
+    );
+  const refunds = async (refundId: string) =>
+    (await db.query('SELECT source FROM refunds WHERE refund_id = $1', [refundId])).rows as Array<{ source: string }>;
+  const keyStatus = async (key: string) =>
+    (await db.query('SELECT status FROM idempotency_keys WHERE key = $1', [key])).rows[0]?.status as string | undefined;
+  const deadLetters = async () => (await channel.checkQueue(deadLetterQueue(queue))).messageCount;
+
+  it('refunds a requested refund once, however often the request is delivered', async () => {
+    const chargeId = await createCharge(api.url);
+    const refundId = `rf-${randomUUID()}`;
+    const message = { tenant: 'tenant-a', refundId, chargeId, amount: 300 };
+    for (let i = 0; i < 3; i++) publish(message, `msg-${refundId}`);
+    expect(await waitFor(async () => (await keyStatus(`msg-${refundId}`)) === 'completed')).toBe(true);
+    expect(await waitFor(async () => (await channel.checkQueue(queue)).messageCount === 0)).toBe(true);
+    expect(await refunds(refundId)).toEqual([{ source: 'message' }]);
+  });
+
+  it('refunds a refund id once whether it comes as a message or as a mutation', async () => {
+    const chargeId = await createCharge(api.url);
+    const refundId = `rf-${randomUUID()}`;
+    publish({ tenant: 'tenant-a', refundId, chargeId, amount: 300 }, `msg-${refundId}`);
+    expect(await waitFor(async () => (await keyStatus(`msg-${refundId}`)) === 'completed')).toBe(true);
+    const viaGraphQL = await send(api.url, 'POST', '/graphql', {
+      headers: [
+        ['Authorization', `Bearer ${KEY_A}`],
+        ['Idempotency-Key', randomUUID()],
+      ],
+      body: { query: REQUEST_REFUND, variables: { input: { refundId, chargeId, amount: 300 } } },
+    });
+    expect(viaGraphQL.json().data.requestRefund).toMatchObject({ status: 'already-refunded', source: 'message' });
+    expect(await refunds(refundId)).toEqual([{ source: 'message' }]);
+  });
+
+  it('dead-letters a request without a message id, and one the validation pipe refuses', async () => {
+    const chargeId = await createCharge(api.url);
+    const before = await deadLetters();
+    publish({ tenant: 'tenant-a', refundId: `rf-${randomUUID()}`, chargeId, amount: 1 });
+    expect(await waitFor(async () => (await deadLetters()) === before + 1)).toBe(true);
+    // An invalid request (no amount) is refused by the validation pipe before the handler: dead-lettered, never retried.
+    publish({ tenant: 'tenant-a', refundId: `rf-${randomUUID()}`, chargeId }, `msg-${randomUUID()}`);
+    expect(await waitFor(async () => (await deadLetters()) === before + 2)).toBe(true);
+  });
+});
