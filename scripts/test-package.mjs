@@ -68,7 +68,7 @@ try {
   step('boot it against PostgreSQL');
   let databaseUrl = process.env.DATABASE_URL;
   if (!databaseUrl) {
-    embedded = await startEmbeddedDatabase(work);
+    embedded = await startEmbeddedDatabase();
     databaseUrl = embedded.url;
   }
   schema = `package_consumer_${process.pid}`;
@@ -189,10 +189,23 @@ async function post(url, key, body) {
 }
 
 /** The embedded server `npm test` uses, through the repository's TypeScript hooks. */
-async function startEmbeddedDatabase(work) {
+async function startEmbeddedDatabase() {
   register('../test/support/typescript-hooks.mjs', import.meta.url);
   const { startEmbeddedPostgres } = await import('../sample-app/embedded-postgres.ts');
-  const dataDir = join(work, 'pgdata');
+  // A directory of its own directly under the temp dir: as root the server runs as another user, who must reach it.
+  const dataDir = await mkdtemp(join(tmpdir(), 'nest-idempotency-package-pg-'));
   console.log(`DATABASE_URL is not set: starting an embedded PostgreSQL server in ${dataDir}`);
-  return startEmbeddedPostgres({ dataDir, database: 'package', persistent: false, log: (line) => console.error(line) });
+  const server = await startEmbeddedPostgres({
+    dataDir,
+    database: 'package',
+    persistent: false,
+    log: (line) => console.error(line),
+  });
+  return {
+    url: server.url,
+    stop: async () => {
+      await server.stop();
+      await rm(dataDir, { recursive: true, force: true });
+    },
+  };
 }
