@@ -34,6 +34,7 @@ async function main(): Promise<void> {
 
   const port = new URL(await app.getUrl()).port;
   logger.log(`Database: ${maskPassword(databaseUrl)}${embedded ? ' (embedded, data in .pgdata/sample)' : ''}`);
+  logger.log(`OpenAPI: Swagger UI at http://localhost:${port}/docs, the document at http://localhost:${port}/docs-json`);
   logger.log(`Payments API on http://localhost:${port} (${config.httpAdapter}). Try:\n\n${curlExample(port, config)}\n`);
 }
 
