@@ -33,6 +33,8 @@ export class AppProcess {
     databaseUrl: string;
     schema: string;
     poolSize: number;
+    /** More settings of the app, e.g. `BENCH_RESERVED_CONNECTIONS`, `BENCH_SERVICE_URL`. */
+    env?: Record<string, string>;
   }): Promise<AppProcess> {
     const script = fileURLToPath(new URL('./bench-app.js', import.meta.url));
     const child = fork(script, [], {
@@ -42,6 +44,7 @@ export class AppProcess {
         BENCH_SCHEMA: options.schema,
         HTTP_ADAPTER: options.adapter,
         BENCH_POOL_SIZE: String(options.poolSize),
+        ...options.env,
       },
       // e.g. BENCH_APP_NODE_ARGS=--cpu-prof to profile the app alone.
       execArgv: (process.env.BENCH_APP_NODE_ARGS ?? '').split(' ').filter(Boolean),
@@ -110,4 +113,33 @@ export class AppProcess {
 function expect<T extends AppReply['type']>(reply: AppReply, type: T): Extract<AppReply, { type: T }> {
   if (reply.type !== type) throw new Error(`The bench app answered ${reply.type} where ${type} was expected.`);
   return reply as Extract<AppReply, { type: T }>;
+}
+
+/** The slow local HTTP service of the realistic handler (slow-service.ts), in a process of its own. */
+export class SlowService {
+  private constructor(
+    private readonly child: ChildProcess,
+    readonly url: string,
+  ) {}
+
+  static async start(delayMs: number): Promise<SlowService> {
+    const script = fileURLToPath(new URL('./slow-service.js', import.meta.url));
+    const child = fork(script, [], {
+      env: { ...process.env, BENCH_SERVICE_DELAY_MS: String(delayMs) },
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    const port = await new Promise<number>((resolve, reject) => {
+      child.once('exit', (code) => reject(new Error(`The slow service exited during start-up (code ${code}).`)));
+      child.once('message', (event: { type: 'ready'; port: number }) => resolve(event.port));
+    });
+    child.removeAllListeners('exit');
+    return new SlowService(child, `http://127.0.0.1:${port}/authorizations`);
+  }
+
+  async close(): Promise<void> {
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
+    const exited = new Promise<void>((resolve) => this.child.once('exit', () => resolve()));
+    this.child.kill();
+    await exited;
+  }
 }

@@ -1,15 +1,23 @@
 /**
  * The app under load, run by the bench runner in a child process of its own
  * (so the load generator does not share its event loop). Env: DATABASE_URL,
- * BENCH_SCHEMA, HTTP_ADAPTER (`express` | `fastify`), BENCH_POOL_SIZE.
+ * BENCH_SCHEMA, HTTP_ADAPTER (`express` | `fastify`), BENCH_POOL_SIZE,
+ * BENCH_RESERVED_CONNECTIONS (the module's `reservedConnections`; its default
+ * when unset), BENCH_SERVICE_URL (the slow service of the realistic handler),
+ * BENCH_PREPARED_STATEMENTS.
  *
- * Every route runs the same handler (`createCharge`: one INSERT, same SQL);
- * only what surrounds it differs:
+ * Every charges route runs the same handler (`createCharge`: one INSERT, same
+ * SQL); only what surrounds it differs:
  *   POST /bare/charges   the handler opens a TypeORM transaction itself; no module
  *   POST /idem/charges   @Idempotent(): the module claims, opens the transaction, completes
+ *   POST /idem-rt/charges  @Idempotent({ claimMode: 'request-transaction' }): claim inside the transaction
  *   POST /floor/charges  the module's protocol written by hand on pg (its own claim and completion SQL)
  *   POST /floor-prepared/charges  the same, with claim and completion as named prepared statements
  *   POST /nodb/charges   no database work at all
+ * The realistic routes run `createRealisticCharge` (a read, three inserts
+ * and a call to the slow service, all inside the transaction):
+ *   POST /bare/realistic   in a plain TypeORM transaction; no module
+ *   POST /idem/realistic   @Idempotent()
  */
 import 'reflect-metadata';
 import {
@@ -26,7 +34,7 @@ import {
   type INestApplication,
 } from '@nestjs/common';
 import { HttpAdapterHost, NestFactory } from '@nestjs/core';
-import { ExpressAdapter } from '@nestjs/platform-express';
+import { ExpressAdapter, type NestExpressApplication } from '@nestjs/platform-express';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import { getDataSourceToken, InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import { createHash, randomUUID } from 'node:crypto';
@@ -38,7 +46,7 @@ import { DEFAULT_LEASE_MS, DEFAULT_TTL_MS } from '../src/idempotency.constants.j
 import { keyStoreStatements } from '../src/store/key-store.sql.js';
 import { quoteTableName } from '../src/store/sql.js';
 import { Idempotent, IdempotencyModule, TxManager } from '../src/index.js';
-import { CHARGES_TABLE, KEY_TABLE } from './database.js';
+import { CHARGES_TABLE, CUSTOMERS_TABLE, EVENTS_TABLE, KEY_TABLE, LEDGER_TABLE } from './database.js';
 import {
   APP_APPLICATION_NAME,
   type AppEvent,
@@ -55,6 +63,8 @@ interface ChargeBody {
   description?: string;
   /** A slow provider: the handler waits this long after its insert, inside the transaction. */
   delayMs?: number;
+  /** Echoed in the response when given (scenario 11 sends about 1 MiB of it). */
+  metadata?: unknown;
 }
 
 type Rows = Array<Record<string, unknown>>;
@@ -78,9 +88,36 @@ function chargeView(id: string, created: Date, body: ChargeBody) {
     currency: body.currency,
     customer: body.customer,
     description: body.description ?? null,
+    // Only when sent, so the small requests' responses stay as they were.
+    ...(body.metadata === undefined ? {} : { metadata: body.metadata }),
     status: 'succeeded',
     created: created.toISOString(),
   };
+}
+
+const SELECT_CUSTOMER = `SELECT id, risk_level FROM ${CUSTOMERS_TABLE} WHERE id = $1`;
+const INSERT_LEDGER_ENTRY = `INSERT INTO ${LEDGER_TABLE} (charge_id, customer_id, amount) VALUES ($1, $2, $3)`;
+const INSERT_EVENT = `INSERT INTO ${EVENTS_TABLE} (charge_id, type, provider_reference) VALUES ($1, $2, $3)`;
+
+/**
+ * A handler closer to a real one: read the customer, insert the charge, ask
+ * another service (the slow local one, about 5 ms) to authorize it while
+ * the transaction stays open, then record a ledger entry and an event.
+ */
+async function createRealisticCharge(query: Query, body: ChargeBody, serviceUrl: string) {
+  const [customer] = await query(SELECT_CUSTOMER, [body.customer]);
+  if (!customer) throw new BadRequestException(`Unknown customer ${body.customer}`);
+  const [row] = await query(INSERT_CHARGE, [body.amount, body.currency, body.customer]);
+  const response = await fetch(serviceUrl, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ charge: String(row.id), amount: body.amount, currency: body.currency }),
+  });
+  if (!response.ok) throw new Error(`The slow service answered ${response.status}`);
+  const authorization = (await response.json()) as { id: string };
+  await query(INSERT_LEDGER_ENTRY, [row.id, customer.id, body.amount]);
+  await query(INSERT_EVENT, [row.id, 'charge.succeeded', authorization.id]);
+  return chargeView(String(row.id), row.created_at as Date, body);
 }
 
 /** Counts the statements the app sends, only while the runner asks (the round trips of one request). */
@@ -269,6 +306,25 @@ class ChargesController {
     return createCharge((sql, params) => manager.query(sql, params), body);
   }
 
+  @Post('idem-rt/charges')
+  @Idempotent({ claimMode: 'request-transaction' })
+  idempotentInRequestTransaction(@Body() body: ChargeBody, @TxManager() manager: EntityManager) {
+    return createCharge((sql, params) => manager.query(sql, params), body);
+  }
+
+  @Post('bare/realistic')
+  bareRealistic(@Body() body: ChargeBody) {
+    return this.dataSource.transaction((manager) =>
+      createRealisticCharge((sql, params) => manager.query(sql, params), body, serviceUrl()),
+    );
+  }
+
+  @Post('idem/realistic')
+  @Idempotent()
+  idempotentRealistic(@Body() body: ChargeBody, @TxManager() manager: EntityManager) {
+    return createRealisticCharge((sql, params) => manager.query(sql, params), body, serviceUrl());
+  }
+
   @Post('floor/charges')
   floor(
     @Body() body: ChargeBody,
@@ -335,6 +391,10 @@ function createBenchModule(counter: RoundTripCounter) {
         tenant: () => TENANT,
         sweep: false,
         preparedStatements: process.env.BENCH_PREPARED_STATEMENTS === '1',
+        // Scenario 10 also runs with 0 (claims share the business pool) to show what the reserved pool buys.
+        ...(process.env.BENCH_RESERVED_CONNECTIONS
+          ? { reservedConnections: Number(process.env.BENCH_RESERVED_CONNECTIONS) }
+          : {}),
       }),
     ],
     controllers: [ChargesController],
@@ -349,6 +409,15 @@ function createBenchModule(counter: RoundTripCounter) {
   class BenchModule {}
   return BenchModule;
 }
+
+function serviceUrl(): string {
+  const url = process.env.BENCH_SERVICE_URL;
+  if (!url) throw new Error('BENCH_SERVICE_URL is not set: the runner starts the slow service and passes its URL.');
+  return url;
+}
+
+/** Room for scenario 11's ~1 MiB bodies on both adapters (Express parses 100 kB by default, Fastify 1 MiB). */
+const BODY_LIMIT_BYTES = 4 * 1024 * 1024;
 
 /** Room for a storm's 1000 simultaneous connects: Node's default accept backlog is 511. */
 const LISTEN_BACKLOG = 2048;
@@ -371,9 +440,17 @@ async function main(): Promise<void> {
   const adapter = process.env.HTTP_ADAPTER ?? 'express';
   const counter = new RoundTripCounter();
   const module = createBenchModule(counter);
-  const app = await NestFactory.create(module, adapter === 'fastify' ? new FastifyAdapter() : new ExpressAdapter(), {
-    logger: ['error', 'warn'],
-  });
+  let app: INestApplication;
+  if (adapter === 'fastify') {
+    app = await NestFactory.create<NestFastifyApplication>(module, new FastifyAdapter({ bodyLimit: BODY_LIMIT_BYTES }), {
+      logger: ['error', 'warn'],
+    });
+  } else {
+    const express = await NestFactory.create<NestExpressApplication>(module, new ExpressAdapter(), { logger: ['error', 'warn'] });
+    // Registered before init, so it replaces Express's default 100 kB JSON parser.
+    express.useBodyParser('json', { limit: BODY_LIMIT_BYTES });
+    app = express;
+  }
   const port = await listen(app, adapter);
   const pool = new PoolWatch(driverPool(app.get<DataSource>(getDataSourceToken())));
 

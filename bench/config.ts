@@ -6,7 +6,7 @@ export type ScenarioGroup = 'http' | 'size' | 'sweep';
 export interface BenchConfig {
   mode: 'full' | 'quick';
   adapters: AdapterName[];
-  /** Which groups run: `http` (scenarios 1-4, 7), `size` (5), `sweep` (6). */
+  /** Which groups run: `http` (scenarios 1-4, 7-11), `size` (5), `sweep` (6). */
   groups: ScenarioGroup[];
   schema: string;
   /** Connections of the app's pg pool (TypeORM `extra.max`); pg's own default is 10. */
@@ -24,6 +24,17 @@ export interface BenchConfig {
   stormKeys: number;
   /** Handler delays of the storms: 0 is the bare handler, a delay keeps keys in flight longer (more 409s). */
   stormDelaysMs: number[];
+  /** Scenario 9: how long the realistic handler's call to the other local HTTP service takes. */
+  serviceDelayMs: number;
+  /** Scenario 10: connections keeping the business pool busy with slow handlers, and how long each holds its transaction. */
+  saturationConnections: number;
+  saturationDelayMs: number;
+  /** Scenario 10: replays per second sent meanwhile (open loop), and for how long. */
+  saturationReplayRate: number;
+  saturationSeconds: number;
+  /** Scenario 11: size of the large JSON request body (its response echoes it), and the connections sending it. */
+  bigBodyBytes: number;
+  bigBodyConnections: number;
   smallRows: number;
   bigRows: number;
   expiredRows: number;
@@ -51,6 +62,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): BenchConfig {
     stormConnections: int(env, 'BENCH_STORM_CONNECTIONS', 1_000),
     stormKeys: pick(10, 3),
     stormDelaysMs: [0, 25],
+    serviceDelayMs: int(env, 'BENCH_SERVICE_DELAY_MS', 5),
+    saturationConnections: int(env, 'BENCH_SATURATION_CONNECTIONS', 20),
+    saturationDelayMs: int(env, 'BENCH_SATURATION_DELAY_MS', 200),
+    saturationReplayRate: int(env, 'BENCH_SATURATION_REPLAY_RATE', 50),
+    saturationSeconds: int(env, 'BENCH_SATURATION_S', pick(8, 4)),
+    bigBodyBytes: int(env, 'BENCH_BIG_BODY_BYTES', 1024 * 1024 - 1024),
+    // Fewer than the small requests': 16 at once would queue for seconds, measuring the queue rather than the cost.
+    bigBodyConnections: int(env, 'BENCH_BIG_BODY_CONNECTIONS', 4),
     smallRows: int(env, 'BENCH_SMALL_ROWS', 10_000),
     bigRows: int(env, 'BENCH_BIG_ROWS', pick(10_000_000, 200_000)),
     expiredRows: int(env, 'BENCH_EXPIRED_ROWS', pick(1_000_000, 300_000)),

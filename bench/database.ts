@@ -7,6 +7,12 @@ import { createTableStatements } from '../src/store/sql.js';
 
 export const KEY_TABLE = 'idempotency_keys';
 export const CHARGES_TABLE = 'bench_charges';
+/** The realistic handler's other tables (scenario 9): it reads a customer, and writes a ledger entry and an event besides the charge. */
+export const CUSTOMERS_TABLE = 'bench_customers';
+export const LEDGER_TABLE = 'bench_ledger_entries';
+export const EVENTS_TABLE = 'bench_events';
+/** The customer every bench request charges; seeded with some others, so the realistic handler's read is an index lookup. */
+export const BENCH_CUSTOMER = 'cus_bench';
 /** Filled rows are spread over this many tenants, and probe claims pick one of them, so new keys land all over the primary key. */
 export const FILL_TENANTS = 100;
 
@@ -51,14 +57,37 @@ export async function resetSchema(url: string, schema: string): Promise<void> {
       currency text NOT NULL,
       customer text NOT NULL,
       created_at timestamptz NOT NULL DEFAULT now())`);
+    await client.query(`CREATE TABLE ${CUSTOMERS_TABLE} (
+      id text PRIMARY KEY,
+      name text NOT NULL,
+      email text NOT NULL,
+      risk_level text NOT NULL)`);
+    await client.query(
+      `INSERT INTO ${CUSTOMERS_TABLE} (id, name, email, risk_level)
+       SELECT CASE WHEN g = 1 THEN $1 ELSE 'cus_' || g END, 'Customer ' || g, 'customer' || g || '@example.com', 'normal'
+         FROM generate_series(1, 1000) AS g`,
+      [BENCH_CUSTOMER],
+    );
+    await client.query(`CREATE TABLE ${LEDGER_TABLE} (
+      id bigserial PRIMARY KEY,
+      charge_id bigint NOT NULL,
+      customer_id text NOT NULL,
+      amount integer NOT NULL,
+      created_at timestamptz NOT NULL DEFAULT now())`);
+    await client.query(`CREATE TABLE ${EVENTS_TABLE} (
+      id bigserial PRIMARY KEY,
+      charge_id bigint NOT NULL,
+      type text NOT NULL,
+      provider_reference text NOT NULL,
+      created_at timestamptz NOT NULL DEFAULT now())`);
   } finally {
     await client.end();
   }
 }
 
-/** Empties both tables, so each adapter starts from the same state. */
+/** Empties the tables requests write to, so each adapter starts from the same state. */
 export async function truncateAll(client: pg.Client): Promise<void> {
-  await client.query(`TRUNCATE ${KEY_TABLE}, ${CHARGES_TABLE}`);
+  await client.query(`TRUNCATE ${KEY_TABLE}, ${CHARGES_TABLE}, ${LEDGER_TABLE}, ${EVENTS_TABLE}`);
   await vacuumAnalyze(client);
 }
 
@@ -88,7 +117,8 @@ export async function fillKeys(client: pg.Client, count: number, kind: 'live' | 
 /** What a production table that size would have had done to it by autovacuum, done now so it cannot start mid-measurement. */
 export async function vacuumAnalyze(client: pg.Client): Promise<void> {
   await client.query(`VACUUM (ANALYZE) ${KEY_TABLE}`);
-  await client.query(`VACUUM (ANALYZE) ${CHARGES_TABLE}`);
+  for (const table of [CHARGES_TABLE, CUSTOMERS_TABLE, LEDGER_TABLE, EVENTS_TABLE])
+    await client.query(`VACUUM (ANALYZE) ${table}`);
 }
 
 export async function countKeys(client: pg.Client): Promise<number> {

@@ -1,21 +1,36 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
-import { AppProcess } from './app-process.js';
+import { AppProcess, SlowService } from './app-process.js';
 import type { AdapterName, BenchConfig } from './config.js';
-import { BackendCpu, CHARGES_TABLE, truncateAll, vacuumAnalyze } from './database.js';
-import { runLoad, unexpectedStatuses, type LoadResult, type LoadRun } from './load.js';
+import { BackendCpu, BENCH_CUSTOMER, CHARGES_TABLE, truncateAll, vacuumAnalyze } from './database.js';
+import { runAtRate, runLoad, unexpectedStatuses, type LoadResult, type LoadRun } from './load.js';
 import { APP_APPLICATION_NAME, type PoolPeak } from './protocol.js';
 import { median, round, summarize, type LatencySummary } from './stats.js';
 
 /** Same request body everywhere, so every route parses and fingerprints the same bytes. */
-const CHARGE = { amount: 1999, currency: 'usd', customer: 'cus_bench', description: 'Benchmark charge' };
+const CHARGE = { amount: 1999, currency: 'usd', customer: BENCH_CUSTOMER, description: 'Benchmark charge' };
 const BODY = JSON.stringify(CHARGE);
 
-export type VariantName = 'bare' | 'module' | 'floor' | 'floorPrepared' | 'replay' | 'nodb';
+export type VariantName =
+  | 'bare'
+  | 'module'
+  | 'floor'
+  | 'floorPrepared'
+  | 'replay'
+  | 'nodb'
+  | 'requestTransaction'
+  | 'realisticBare'
+  | 'realisticModule'
+  | 'bigBodyBare'
+  | 'bigBodyModule';
 
-/** The steady-load variants; each request carries an Idempotency-Key so all send the same bytes. */
-const VARIANTS: Record<VariantName, { path: string; keys: 'new' | 'replay'; what: string }> = {
+/**
+ * The steady-load variants; each request carries an Idempotency-Key so all
+ * send the same bytes. `body: 'big'` sends scenario 11's ~1 MiB body instead
+ * of the small charge.
+ */
+const VARIANTS: Record<VariantName, { path: string; keys: 'new' | 'replay'; body?: 'big'; what: string }> = {
   bare: { path: '/bare/charges', keys: 'new', what: 'handler opens its own TypeORM transaction, no module' },
   module: { path: '/idem/charges', keys: 'new', what: '@Idempotent(), a new key per request' },
   floor: { path: '/floor/charges', keys: 'new', what: 'same protocol hand-written on pg (the store SQL)' },
@@ -26,10 +41,39 @@ const VARIANTS: Record<VariantName, { path: string; keys: 'new' | 'replay'; what
   },
   replay: { path: '/idem/charges', keys: 'replay', what: '@Idempotent(), completed keys replayed' },
   nodb: { path: '/nodb/charges', keys: 'new', what: 'no database work at all' },
+  requestTransaction: {
+    path: '/idem-rt/charges',
+    keys: 'new',
+    what: "@Idempotent({ claimMode: 'request-transaction' }), a new key per request",
+  },
+  realisticBare: {
+    path: '/bare/realistic',
+    keys: 'new',
+    what: 'realistic handler (a read, three inserts, a 5 ms call to a local service) in its own TypeORM transaction',
+  },
+  realisticModule: {
+    path: '/idem/realistic',
+    keys: 'new',
+    what: 'the realistic handler under @Idempotent(), a new key per request',
+  },
+  bigBodyBare: {
+    path: '/bare/charges',
+    keys: 'new',
+    body: 'big',
+    what: 'the bare handler with a ~1 MiB JSON body, echoed in its response',
+  },
+  bigBodyModule: {
+    path: '/idem/charges',
+    keys: 'new',
+    body: 'big',
+    what: '@Idempotent() with the ~1 MiB body: fingerprinted, its ~1 MiB response captured and stored',
+  },
 };
 
 export interface VariantResult {
   what: string;
+  /** Concurrent HTTP connections of its load. */
+  connections: number;
   /** Median of the rounds' throughputs. */
   rps: number;
   roundsRps: number[];
@@ -70,15 +114,36 @@ export interface PathTiming {
   latency?: LatencySummary;
 }
 
+/** Scenario 10: replays sent at a modest fixed rate while slow handlers hold every business connection. */
+export interface SaturationResult {
+  /** The module's `reservedConnections` in this app process. */
+  reservedConnections: number;
+  poolMax: number;
+  slow: { connections: number; delayMs: number; rps: number; statuses: Record<string, number> };
+  replayRate: number;
+  replay: LoadResult;
+  /** Peak of the business pool while the replays ran: all in use, some waiting, is what "saturated" means. */
+  pool: PoolPeak;
+  /** Every replay answered 201 replayed, none failed. */
+  ok: boolean;
+}
+
 export interface AdapterResults {
   adapter: AdapterName;
   poolMax: number;
+  /** Bytes of scenario 11's large request body. */
+  bigBodyBytes: number;
   variants: Record<VariantName, VariantResult>;
-  paths: Record<'newKey' | 'replay' | 'conflict' | 'mismatch' | 'bare' | 'floor', PathTiming>;
+  paths: Record<'newKey' | 'replay' | 'conflict' | 'mismatch' | 'bare' | 'floor' | 'requestTransaction', PathTiming>;
   storms: StormResult[];
+  /** With the module's default reserved pool, then with `reservedConnections: 0` (in a second app process). */
+  saturation: { reserved: SaturationResult; shared: SaturationResult };
 }
 
-/** Scenarios 1-4 and 7 against one adapter, in an app process of its own. */
+/** The module's default `reservedConnections`, which the first app process runs with. */
+const DEFAULT_RESERVED = 2;
+
+/** Scenarios 1-4 and 7-11 against one adapter, in app processes of its own. */
 export async function runHttpScenarios(
   adapter: AdapterName,
   config: BenchConfig,
@@ -87,12 +152,19 @@ export async function runHttpScenarios(
   log: (line: string) => void,
 ): Promise<AdapterResults> {
   await truncateAll(db);
-  const app = await AppProcess.start({ adapter, databaseUrl, schema: config.schema, poolSize: config.poolSize });
+  const service = await SlowService.start(config.serviceDelayMs);
+  const appOptions = { adapter, databaseUrl, schema: config.schema, poolSize: config.poolSize };
+  const app = await AppProcess.start({ ...appOptions, env: { BENCH_SERVICE_URL: service.url } });
+  let replayKeys: string[];
+  let measured: Omit<AdapterResults, 'saturation'>;
+  let reserved: SaturationResult;
   try {
     const cpu = new BackendCpu(db, APP_APPLICATION_NAME);
-    const replayKeys = await createCompletedKeys(app, config, `replay-${adapter}-${randomUUID()}`);
+    replayKeys = await createCompletedKeys(app, config, `replay-${adapter}-${randomUUID()}`);
     await vacuumAnalyze(db);
+    const bodies = { small: BODY, big: bigBody(config.bigBodyBytes) };
 
+    const connectionsOf = (name: VariantName) => (VARIANTS[name].body === 'big' ? config.bigBodyConnections : config.connections);
     const runs = new Map<VariantName, Array<{ run: LoadRun; cpu: CpuSpent }>>();
     const order = Object.keys(VARIANTS) as VariantName[];
     let replayIndex = 0;
@@ -102,19 +174,19 @@ export async function runHttpScenarios(
       for (const name of rotated) {
         const variant = VARIANTS[name];
         const key = variant.keys === 'new' ? () => randomUUID() : () => replayKeys[replayIndex++ % replayKeys.length];
-        const load = { url: app.url, path: variant.path, body: BODY, connections: config.connections, key };
+        const body = variant.body === 'big' ? bodies.big : bodies.small;
+        const load = { url: app.url, path: variant.path, body, connections: connectionsOf(name), key };
         await runLoad({ ...load, seconds: config.warmupSeconds });
         const before = await cpuNow(app, cpu);
         const run = await runLoad({ ...load, seconds: config.measureSeconds });
         const spent = await cpuSince(app, cpu, before);
         runs.set(name, [...(runs.get(name) ?? []), { run, cpu: spent }]);
-        log(`  ${adapter} round ${round + 1}/${config.rounds} ${name.padEnd(13)} ${describe(run)}`);
+        log(`  ${adapter} round ${round + 1}/${config.rounds} ${name.padEnd(18)} ${describe(run)}`);
       }
     }
-    const variants = Object.fromEntries(order.map((name) => [name, mergeRounds(name, runs.get(name)!)])) as Record<
-      VariantName,
-      VariantResult
-    >;
+    const variants = Object.fromEntries(
+      order.map((name) => [name, mergeRounds(name, runs.get(name)!, connectionsOf(name))]),
+    ) as Record<VariantName, VariantResult>;
 
     const conflict = await conflictLoad(app, config, adapter, log);
     const mismatch = await mismatchLoad(app, config, adapter, log);
@@ -126,14 +198,118 @@ export async function runHttpScenarios(
       mismatch: { ...roundTrips.mismatch, rps: mismatch.rps, latency: mismatch.latency },
       bare: { ...roundTrips.bare, rps: variants.bare.rps, latency: variants.bare.latency },
       floor: { ...roundTrips.floor, rps: variants.floor.rps, latency: variants.floor.latency },
+      requestTransaction: {
+        ...roundTrips.requestTransaction,
+        rps: variants.requestTransaction.rps,
+        latency: variants.requestTransaction.latency,
+      },
     };
 
     const storms: StormResult[] = [];
     for (const delayMs of config.stormDelaysMs) storms.push(await storm(app, config, db, adapter, delayMs, log));
-    return { adapter, poolMax: app.poolMax, variants, paths, storms };
+    measured = { adapter, poolMax: app.poolMax, bigBodyBytes: Buffer.byteLength(bodies.big), variants, paths, storms };
+    reserved = await replayUnderSaturation(app, config, replayKeys, DEFAULT_RESERVED, log);
   } finally {
     await app.close();
   }
+  // The same replays with claims sharing the business pool: what the reserved pool buys.
+  const sharedApp = await AppProcess.start({ ...appOptions, env: { BENCH_RESERVED_CONNECTIONS: '0' } });
+  try {
+    const shared = await replayUnderSaturation(sharedApp, config, replayKeys, 0, log);
+    return { ...measured, saturation: { reserved, shared } };
+  } finally {
+    await sharedApp.close();
+    await service.close();
+  }
+}
+
+/**
+ * A ~`bytes` JSON charge whose `metadata` holds an order's line items:
+ * thousands of small objects whose keys are not in sorted order, so the
+ * canonical fingerprint has its real work to do.
+ */
+function bigBody(bytes: number): string {
+  const lines: object[] = [];
+  const charge = { ...CHARGE, metadata: { order: 'ord_bench', lines } };
+  let size = Buffer.byteLength(JSON.stringify(charge));
+  for (let i = 0; ; i++) {
+    const line = {
+      sku: `sku-${String(i).padStart(6, '0')}`,
+      description: `Line item ${i} of the benchmark order`,
+      quantity: 1 + (i % 5),
+      unitAmount: 100 + ((i * 37) % 10_000),
+      tags: ['bench', i % 2 ? 'odd' : 'even'],
+    };
+    const added = Buffer.byteLength(JSON.stringify(line)) + (lines.length ? 1 : 0);
+    if (size + added > bytes) break;
+    lines.push(line);
+    size += added;
+  }
+  return JSON.stringify(charge);
+}
+
+/**
+ * Scenario 10: `saturationConnections` connections send new keys to the
+ * module route with a handler that holds its transaction
+ * `saturationDelayMs`, more than the business pool has connections; after
+ * a warm-up, completed keys are replayed at a fixed modest rate (open loop)
+ * and their latency measured.
+ */
+async function replayUnderSaturation(
+  app: AppProcess,
+  config: BenchConfig,
+  replayKeys: string[],
+  reservedConnections: number,
+  log: (line: string) => void,
+): Promise<SaturationResult> {
+  await app.quiet();
+  const slowBody = JSON.stringify({ ...CHARGE, delayMs: config.saturationDelayMs });
+  const slowLoad = runLoad({
+    url: app.url,
+    path: VARIANTS.module.path,
+    body: slowBody,
+    connections: config.saturationConnections,
+    // Outlasts the replays, so the pool stays saturated until the last of them.
+    seconds: config.warmupSeconds + config.saturationSeconds + 2,
+    key: () => randomUUID(),
+  });
+  await sleep(config.warmupSeconds * 1000);
+  await app.poolWatchStart();
+  let index = 0;
+  const replay = await runAtRate({
+    url: app.url,
+    path: VARIANTS.replay.path,
+    body: BODY,
+    rate: config.saturationReplayRate,
+    seconds: config.saturationSeconds,
+    key: () => replayKeys[index++ % replayKeys.length],
+  });
+  const pool = await app.poolWatchStop();
+  const slow = await slowLoad;
+  const { samples: _samples, ...replayResult } = replay;
+  const ok =
+    replay.errors === 0 &&
+    replay.timeouts === 0 &&
+    replay.replayed === replay.requests &&
+    Object.keys(unexpectedStatuses(replay, [201])).length === 0;
+  log(
+    `  ${app.adapter} replays under saturation (reservedConnections ${reservedConnections}): ${describe(replay)}; ` +
+      `slow handlers ${describe(slow).trim()}; business pool peak ${pool.inUse}/${pool.max} in use, ${pool.waiting} waiting`,
+  );
+  return {
+    reservedConnections,
+    poolMax: app.poolMax,
+    slow: {
+      connections: config.saturationConnections,
+      delayMs: config.saturationDelayMs,
+      rps: slow.rps,
+      statuses: slow.statuses,
+    },
+    replayRate: config.saturationReplayRate,
+    replay: replayResult,
+    pool,
+    ok,
+  };
 }
 
 /** Completed keys for the replay variant, made through the module itself. */
@@ -179,7 +355,7 @@ async function cpuSince(app: AppProcess, cpu: BackendCpu, before: CpuSnapshot): 
   return { app: app_, postgres: postgresMs === null ? null : postgresMs * 1000, loader: loader.user + loader.system };
 }
 
-function mergeRounds(name: VariantName, rounds: Array<{ run: LoadRun; cpu: CpuSpent }>): VariantResult {
+function mergeRounds(name: VariantName, rounds: Array<{ run: LoadRun; cpu: CpuSpent }>, connections: number): VariantResult {
   const requests = rounds.reduce((n, r) => n + r.run.requests, 0);
   const statuses: Record<string, number> = {};
   for (const { run } of rounds) for (const [s, n] of Object.entries(run.statuses)) statuses[s] = (statuses[s] ?? 0) + n;
@@ -194,6 +370,7 @@ function mergeRounds(name: VariantName, rounds: Array<{ run: LoadRun; cpu: CpuSp
     : null;
   return {
     what: VARIANTS[name].what,
+    connections,
     rps: round(median(rounds.map((r) => r.run.rps)), 1),
     roundsRps: rounds.map((r) => r.run.rps),
     latency: summarize(rounds.flatMap((r) => r.run.samples)),
@@ -225,7 +402,7 @@ async function conflictLoad(
   const run = await runLoad({ ...load, seconds: config.measureSeconds });
   const held = await holder;
   if (held.status !== 201) throw new Error(`The request holding the key answered ${held.status}, not 201.`);
-  log(`  ${adapter} 409 path               ${describe(run)}`);
+  log(`  ${adapter} ${'409 path'.padEnd(28)} ${describe(run)}`);
   return run;
 }
 
@@ -248,7 +425,7 @@ async function mismatchLoad(
   };
   await runLoad({ ...load, seconds: config.warmupSeconds });
   const run = await runLoad({ ...load, seconds: config.measureSeconds });
-  log(`  ${adapter} 422 path               ${describe(run)}`);
+  log(`  ${adapter} ${'422 path'.padEnd(28)} ${describe(run)}`);
   return run;
 }
 
@@ -276,7 +453,8 @@ async function countRoundTrips(app: AppProcess, adapter: string): Promise<Record
 
   const bare = await count(() => post(app.url, VARIANTS.bare.path, BODY, randomUUID()));
   const floor = await count(() => post(app.url, VARIANTS.floor.path, BODY, randomUUID()));
-  return { newKey, replay, conflict, mismatch, bare, floor };
+  const requestTransaction = await count(() => post(app.url, VARIANTS.requestTransaction.path, BODY, randomUUID()));
+  return { newKey, replay, conflict, mismatch, bare, floor, requestTransaction };
 }
 
 /**

@@ -1,5 +1,6 @@
 import autocannon from 'autocannon';
 import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { round, summarize, type LatencySummary } from './stats.js';
 
 export interface LoadOptions {
@@ -94,6 +95,67 @@ export function runLoad(options: LoadOptions): Promise<LoadRun> {
       statuses[statusCode] = (statuses[statusCode] ?? 0) + 1;
     });
   });
+}
+
+/**
+ * Open-loop load: `rate` requests a second for `seconds`, each sent on time
+ * whether or not the earlier ones have answered. A closed loop would wait
+ * for a slow answer before sending the next request and so hide the very
+ * queueing a latency under contention is about (coordinated omission).
+ */
+export async function runAtRate(
+  options: Omit<LoadOptions, 'connections' | 'amount' | 'seconds'> & { rate: number; seconds: number },
+): Promise<LoadRun> {
+  const latencies: number[] = [];
+  const statuses: Record<string, number> = {};
+  let replayed = 0;
+  let errors = 0;
+  let timeouts = 0;
+  const pending = new Set<Promise<void>>();
+  const send = async () => {
+    const headers: Record<string, string> = { 'content-type': 'application/json' };
+    if (options.key) headers['idempotency-key'] = options.key();
+    const t0 = performance.now();
+    try {
+      const response = await fetch(options.url + options.path, {
+        method: 'POST',
+        headers,
+        body: options.body,
+        signal: AbortSignal.timeout((options.timeoutSeconds ?? 10) * 1000),
+      });
+      await response.arrayBuffer();
+      latencies.push(performance.now() - t0);
+      statuses[response.status] = (statuses[response.status] ?? 0) + 1;
+      if (response.headers.get('idempotent-replayed') === 'true') replayed++;
+    } catch (error) {
+      if (error instanceof Error && error.name === 'TimeoutError') timeouts++;
+      else errors++;
+    }
+  };
+  const started = performance.now();
+  let issued = 0;
+  for (;;) {
+    const elapsed = (performance.now() - started) / 1000;
+    if (elapsed >= options.seconds) break;
+    for (const due = Math.floor(elapsed * options.rate); issued < due; issued++) {
+      const request = send().finally(() => pending.delete(request));
+      pending.add(request);
+    }
+    await sleep(2);
+  }
+  await Promise.all(pending);
+  const seconds = (performance.now() - started) / 1000;
+  return {
+    requests: latencies.length,
+    seconds: round(seconds),
+    rps: round(latencies.length / seconds, 1),
+    latency: summarize(latencies),
+    statuses,
+    replayed,
+    errors,
+    timeouts,
+    samples: latencies,
+  };
 }
 
 /** Counts of statuses outside `expected`, e.g. `{ "503": 2 }`; empty when all were expected. */

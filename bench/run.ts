@@ -1,8 +1,9 @@
 /**
  * `npm run bench`: what the idempotency insurance costs, measured side by
  * side in one run against real PostgreSQL over real HTTP, on Express and
- * Fastify. Prints one table of ratios against the targets of issue #6 and
- * saves the raw figures under bench/results/. It only measures: nothing here
+ * Fastify. Prints one table of ratios against their targets (issue #11's
+ * for the HTTP scenarios, issue #6's for table size and sweeping) and saves
+ * the raw figures under bench/results/. It only measures: nothing here
  * fails on a number. `BENCH_QUICK=1` for a short development run; see
  * config.ts for every knob.
  */
@@ -34,7 +35,7 @@ async function main(): Promise<void> {
       const http: Partial<Record<AdapterName, AdapterResults>> = {};
       if (config.groups.includes('http')) {
         for (const adapter of config.adapters) {
-          log(`\n== HTTP on ${adapter} (scenarios 1-4, 7)`);
+          log(`\n== HTTP on ${adapter} (scenarios 1-4, 7-11)`);
           http[adapter] = await runHttpScenarios(adapter, config, database.url, db, log);
         }
       }
