@@ -19,6 +19,7 @@ import {
 } from '../core/errors.js';
 import { fingerprintValue } from '../core/fingerprint.js';
 import { messages } from '../errors/messages.js';
+import { ProblemType } from '../errors/problems.js';
 import { IdempotentRoutes, type RouteSettings } from '../http/route-settings.js';
 import { IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { FailurePolicy, ResolvedIdempotencyOptions } from '../idempotency.options.js';
@@ -105,8 +106,13 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
       delivery.deadLetter(reason);
       reply.fail(cause ?? (await this.rpcError(reason)));
     };
-    const requeue = (delayMs: number, why: string) => {
-      this.logger.log(messages.consumer.requeued(route.name, Math.ceil(delayMs / 1000), why));
+    const requeue = async (delayMs: number, why: string, type: string) => {
+      const retryAfter = Math.max(1, Math.ceil(delayMs / 1000));
+      if (!delivery.settles) {
+        // Nothing to requeue on this transport (TCP, core NATS): the sender learns it must retry, as an HTTP 409 says.
+        return reply.fail(await this.rpcError({ status: 'error', type, message: why, retryAfter }));
+      }
+      this.logger.log(messages.consumer.requeued(route.name, retryAfter, why));
       delivery.retry(delayMs);
       // No answer now: the redelivery answers a MessagePattern's requester, with the stored reply.
       reply.hold();
@@ -173,10 +179,14 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
       if ('error' in stored) return reply.fail(await this.rpcError(stored.error));
       return reply.emit(stored.value);
     } catch (error) {
-      if (error instanceof KeyInFlightError) return requeue(error.retryAfterSeconds * 1000, messages.consumer.inFlight);
-      if (error instanceof LeaseLostError) return requeue(LEASE_LOST_RETRY_MS, messages.consumer.leaseLost);
+      if (error instanceof KeyInFlightError) {
+        return requeue(error.retryAfterSeconds * 1000, messages.consumer.inFlight, ProblemType.conflict);
+      }
+      if (error instanceof LeaseLostError)
+        return requeue(LEASE_LOST_RETRY_MS, messages.consumer.leaseLost, ProblemType.leaseLost);
       if (error instanceof StoreUnavailableError) {
-        return requeue((error.retryAfterSeconds ?? this.options.unavailableRetryAfter) * 1000, messages.consumer.unavailable);
+        const delayMs = (error.retryAfterSeconds ?? this.options.unavailableRetryAfter) * 1000;
+        return requeue(delayMs, messages.consumer.unavailable, ProblemType.unavailable);
       }
       if (error instanceof FingerprintMismatchError) return deadLetter(messages.consumer.mismatch);
       if (policy === 'rejected') return deadLetter(messages.consumer.rejected, error);

@@ -109,7 +109,8 @@ export interface ConsumerApp {
  */
 export async function startConsumer(
   schema: string,
-  transport: { rmq: Record<string, unknown> } | { strategy: CustomStrategy['strategy'] },
+  transport:
+    { rmq: Record<string, unknown> } | { tcp: { host: string; port: number } } | { strategy: CustomStrategy['strategy'] },
   options: Partial<IdempotencyModuleOptions> = {},
 ): Promise<ConsumerApp> {
   const probe = new ConsumerProbe();
@@ -129,7 +130,11 @@ export async function startConsumer(
   class ConsumerModule {}
 
   const app = await NestFactory.createMicroservice(ConsumerModule, {
-    ...('rmq' in transport ? { transport: Transport.RMQ, options: transport.rmq } : { strategy: transport.strategy }),
+    ...('rmq' in transport
+      ? { transport: Transport.RMQ, options: transport.rmq }
+      : 'tcp' in transport
+        ? { transport: Transport.TCP, options: transport.tcp }
+        : { strategy: transport.strategy }),
     logger: process.env.TEST_CONSUMER_LOGS ? ['log', 'warn', 'error'] : false,
   } as never);
   await app.listen();
