@@ -286,6 +286,8 @@ async function replayUnderSaturation(
   });
   const pool = await app.poolWatchStop();
   const slow = await slowLoad;
+  // The load generator hangs up on requests still running; let them finish before the app is closed or measured again.
+  await app.quiet();
   const { samples: _samples, ...replayResult } = replay;
   const ok =
     replay.errors === 0 &&
