@@ -76,7 +76,10 @@ function routeHandlerNames(prototype: object): Array<string | symbol> {
       if (name === 'constructor') continue;
       const value = Object.getOwnPropertyDescriptor(proto, name)?.value;
       // HTTP routes, and message handlers (`@EventPattern`/`@MessagePattern` set 'microservices:pattern').
-      if (typeof value === 'function' && (Reflect.hasOwnMetadata(PATH_METADATA, value) || Reflect.hasOwnMetadata(MESSAGE_PATTERN, value))) {
+      if (
+        typeof value === 'function' &&
+        (Reflect.hasOwnMetadata(PATH_METADATA, value) || Reflect.hasOwnMetadata(MESSAGE_PATTERN, value))
+      ) {
         names.add(name);
       }
     }

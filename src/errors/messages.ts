@@ -223,7 +223,8 @@ export const messages = {
       `EffectLedger: the business key must be a non-empty string such as 'order:1042:capture' (businessKey() builds one), got ${
         JSON.stringify(value) ?? String(value)
       }.`,
-    scope: (value: unknown) => `EffectLedger: \`scope\` must be a non-empty string, got ${JSON.stringify(value) ?? String(value)}.`,
+    scope: (value: unknown) =>
+      `EffectLedger: \`scope\` must be a non-empty string, got ${JSON.stringify(value) ?? String(value)}.`,
   },
   /** Idempotent message handlers (`@Idempotent()` on `@EventPattern` / `@MessagePattern`); no message names a key or a payload. */
   consumer: {
