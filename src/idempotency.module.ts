@@ -31,6 +31,7 @@ import { ClaimPoolLifecycle, openClaimPool } from './store/claim-pool.js';
 import { IdempotencyEvents } from './telemetry/events.js';
 import { createEngineObserver } from './telemetry/opentelemetry.js';
 import { IdempotencyStore } from './store/idempotency-store.js';
+import { keyTableOf } from './store/idempotency-key.entity.js';
 import { PostgresIdempotencyStore } from './store/postgres-idempotency.store.js';
 import { IdempotencySchemaCheck } from './store/schema-check.js';
 import { installRedactingLogger, QUERY_LOG_REDACTION } from './store/redacting-logger.js';
@@ -108,7 +109,7 @@ export class IdempotencyModule extends ConfigurableModuleClass {
         : {
             provide: IdempotencyStore,
             useFactory: (dataSource: DataSource, options: ResolvedIdempotencyOptions, claims: DataSource | undefined) =>
-              new PostgresIdempotencyStore(dataSource, options.tableName, {
+              new PostgresIdempotencyStore(dataSource, keyTableOf(dataSource, options.tableName), {
                 preparedStatements: options.preparedStatements,
                 claimDataSource: claims,
               }),

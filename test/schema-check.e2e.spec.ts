@@ -151,6 +151,17 @@ describe('start-up schema check', () => {
     await bootsAndWorks(schema, {}, { entities: [IdempotencyKeyEntity], synchronize: true });
   });
 
+  it('a key entity registered with the data source is the table the store uses, in the schema TypeORM gives it', async () => {
+    const schema = await freshSchema('check_entity_schema');
+    const elsewhere = await freshSchema('check_entity_elsewhere');
+    // search_path points elsewhere: only the entity's metadata says where TypeORM made the table.
+    const typeorm = { entities: [IdempotencyKeyEntity], synchronize: true, extra: { options: `-c search_path=${elsewhere}` } };
+    await bootsAndWorks(schema, {}, typeorm);
+    const [row] = await sql(schema, `SELECT count(*)::int AS n FROM "${schema}".idempotency_keys`);
+    expect(row.n).toBe(1);
+    expect(await sql(elsewhere, `SELECT to_regclass('"${elsewhere}".idempotency_keys') AS t`)).toEqual([{ t: null }]);
+  });
+
   it('a custom, schema-qualified table name is looked up in its schema, and the message names its own migration', async () => {
     const schema = await freshSchema('check_qualified');
     const elsewhere = await freshSchema('check_qualified_elsewhere');

@@ -1,4 +1,4 @@
-import { EntitySchema } from 'typeorm';
+import { EntitySchema, type DataSource } from 'typeorm';
 import { DEFAULT_TABLE_NAME } from '../idempotency.constants.js';
 
 /** A row of the key table, for reading it with TypeORM (the module itself uses plain SQL). */
@@ -58,3 +58,17 @@ export function createIdempotencyKeyEntity(tableName: string = DEFAULT_TABLE_NAM
 }
 
 export const IdempotencyKeyEntity = createIdempotencyKeyEntity();
+
+/**
+ * The key table the store uses. An app that registered the key entity
+ * (`entities: [IdempotencyKeyEntity]`, or `TypeOrmModule.forFeature`) gets
+ * the table TypeORM manages for it, schema included (TypeORM gives entities
+ * without a schema the data source's `schema`), so the module and the app's
+ * tooling see one table. Otherwise the configured name, resolved through
+ * `search_path` when unqualified.
+ */
+export function keyTableOf(dataSource: DataSource, tableName: string): string {
+  if (!dataSource.isInitialized) return tableName;
+  const metadata = dataSource.entityMetadatas.find((m) => m.name === `IdempotencyKey:${tableName}`);
+  return metadata ? metadata.tablePath : tableName;
+}

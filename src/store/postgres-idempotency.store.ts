@@ -97,6 +97,8 @@ export interface PostgresIdempotencyStoreOptions {
  */
 export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   private readonly table: string;
+  /** The key table, possibly schema-qualified, as given (unquoted). */
+  readonly tableName: string;
   private readonly sql: ReturnType<typeof keyStoreStatements>;
   private readonly sweepLockKey: string;
 
@@ -109,6 +111,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   ) {
     super();
     this.claims = options.claimDataSource ?? dataSource;
+    this.tableName = tableName;
     this.table = quoteTableName(tableName);
     this.sweepLockKey = `nest-idempotency:sweep:${tableName}`;
     this.sql = keyStoreStatements(this.table);

@@ -99,12 +99,12 @@ export class IdempotencySchemaCheck implements OnModuleInit {
     // With `manualInitialization` the app connects later, itself; there is nothing to look at yet.
     if (!this.dataSource.isInitialized) return;
     const tables: RequiredTable[] = [];
-    if (this.store instanceof PostgresIdempotencyStore) tables.push(keyTable(this.options.tableName));
+    if (this.store instanceof PostgresIdempotencyStore) tables.push(keyTable(this.store.tableName));
     if (this.options.outbox.configured) tables.push(outboxTable(this.options.outbox.tableName));
     if (this.options.ledger.configured) tables.push(ledgerTable(this.options.ledger.tableName));
     const problems = await findSchemaProblems(this.dataSource, tables);
     if (problems.length === 0 && this.store instanceof PostgresIdempotencyStore) {
-      problems.push(...(await this.checkFunctions(keyTable(this.options.tableName))));
+      problems.push(...(await this.checkFunctions(keyTable(this.store.tableName))));
     }
     if (problems.length > 0) throw new IdempotencyConfigurationError(problems.join('\n'));
   }
