@@ -102,6 +102,18 @@ describe('idempotent message handlers on RabbitMQ', () => {
     expect(await queue.depth()).toBe(0);
   });
 
+  it('runs a phased handler: a redelivery after a failure between phases resumes after the recorded phase', async () => {
+    const label = fresh();
+    await publish({ label, failTimes: 1 }, `msg-${label}`, 'refund.phased');
+    expect(await waitFor(async () => (await keyRow(`msg-${label}`))?.status === 'completed')).toBe(true);
+    expect(consumer.probe.count(`${label}:record`)).toBe(1);
+    expect(consumer.probe.count(`${label}:between`)).toBe(2);
+    expect(consumer.probe.count(`${label}:confirm`)).toBe(1);
+    // The recorded phase committed on its own and was not repeated by the redelivery.
+    expect(await effects(label)).toBe(1);
+    expect(await queue.waitUntilDrained()).toBe(true);
+  });
+
   it('dead-letters a message without a key at once, and runs none of it', async () => {
     const label = fresh();
     await publish({ label });

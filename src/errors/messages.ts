@@ -240,6 +240,7 @@ export const messages = {
     mismatch: 'its idempotency key was already used by a different message (another pattern or payload)',
     rejected: 'it was rejected before the handler ran (a pipe or a guard); it would be rejected again',
     failed: (attempts: number) => `its handler failed on ${attempts} deliveries (maxDeliveries)`,
+    failedWithoutKey: 'its handler failed, and without a key nothing counts its attempts (required: false)',
     handlerFailed: (route: string, attempt: number, max: number, delaySeconds: number) =>
       `The handler of ${route} failed (delivery ${attempt} of at most ${max}); the message is redelivered in ${delaySeconds} s.`,
     requeued: (route: string, delaySeconds: number, why: string) =>

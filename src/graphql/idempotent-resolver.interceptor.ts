@@ -136,18 +136,21 @@ export class IdempotentResolverInterceptor implements NestInterceptor {
           ? { action: 'store', response: encode({ error: storedError(error) }, 400) }
           : { action: policy };
       };
-      const outcome = await this.service.run(
-        {
-          tenant,
-          key,
-          fingerprint,
-          leaseMs: route.options.leaseMs,
-          ttlMs: route.options.ttlMs,
-          onFailure,
-          run: handle,
-        },
-        execution,
-      );
+      const scope = {
+        tenant,
+        key,
+        fingerprint,
+        leaseMs: route.options.leaseMs,
+        ttlMs: route.options.ttlMs,
+        waitMs: route.options.waitMs,
+        heartbeat: route.options.heartbeat,
+        claimMode: route.options.claimMode,
+        label: route.name,
+        onFailure,
+      };
+      const outcome = route.options.phases
+        ? await this.service.runPhased({ ...scope, run: handle }, execution)
+        : await this.service.run({ ...scope, run: handle }, execution);
       if (outcome.kind === 'replayed') setHeader(gqlContext, REPLAYED_HEADER, 'true');
       const stored = decode(outcome.response);
       if ('error' in stored) return subscriber.error(new ReplayedGraphQLError(stored.error.message, stored.error.extensions));

@@ -126,7 +126,7 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
     }
     if (key === undefined) {
       if (route.options.required) return deadLetter(messages.consumer.missingKey);
-      return this.runWithoutKey(next, delivery, reply);
+      return this.runWithoutKey(route, next, delivery, reply);
     }
     if (key.length > this.options.maxKeyLength || !VISIBLE_ASCII.test(key)) {
       return deadLetter(messages.consumer.invalidKey(this.options.maxKeyLength));
@@ -169,10 +169,21 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
     };
 
     try {
-      const outcome = await this.service.run(
-        { tenant, key, fingerprint, leaseMs: route.options.leaseMs, ttlMs: route.options.ttlMs, onFailure, run: handle },
-        execution,
-      );
+      const scope = {
+        tenant,
+        key,
+        fingerprint,
+        leaseMs: route.options.leaseMs,
+        ttlMs: route.options.ttlMs,
+        waitMs: route.options.waitMs,
+        heartbeat: route.options.heartbeat,
+        claimMode: route.options.claimMode,
+        label: route.name,
+        onFailure,
+      };
+      const outcome = route.options.phases
+        ? await this.service.runPhased({ ...scope, run: (_phases, claim) => handle(undefined, claim) }, execution)
+        : await this.service.run({ ...scope, run: handle }, execution);
       // Committed (or found committed): only now may the broker forget the message.
       delivery.ack();
       const stored = decode(outcome.response);
@@ -213,7 +224,9 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
     deadLetter: (reason: string, cause?: unknown) => Promise<void>,
   ): Promise<void> {
     const max = route.options.maxDeliveries;
-    const counted = delivery.deliveryCount ?? (policy === 'release' ? max : 0);
+    // A released key, or a claim that rolled back with the work (request-transaction), keeps no count of its attempts.
+    const uncounted = policy === 'release' || route.options.claimMode === 'request-transaction';
+    const counted = delivery.deliveryCount ?? (uncounted ? max : 0);
     const deliveries = Math.max(attempt, counted);
     if (!delivery.settles) return reply.fail(error);
     if (deliveries >= max) return deadLetter(messages.consumer.failed(deliveries), error);
@@ -226,13 +239,14 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
   }
 
   /** Runs a message without a key on a route that allows it (`required: false`): no idempotency, settled by its outcome. */
-  private runWithoutKey(next: CallHandler, delivery: MessageDelivery, reply: Reply): void {
+  private runWithoutKey(route: RouteSettings, next: CallHandler, delivery: MessageDelivery, reply: Reply): void {
     this.service.runWithoutIdempotency(() =>
       next.handle().subscribe({
         next: (value) => reply.value(value),
         error: (error: unknown) => {
           // Without a key nothing counts its attempts: the broker's dead-letter route decides what comes next.
-          delivery.deadLetter('the handler failed');
+          this.logger.warn(messages.consumer.deadLettered(route.name, messages.consumer.failedWithoutKey));
+          delivery.deadLetter(messages.consumer.failedWithoutKey);
           reply.fail(error);
         },
         complete: () => {

@@ -2,7 +2,16 @@ import { Controller, Injectable, Module, type INestMicroservice } from '@nestjs/
 import { NestFactory } from '@nestjs/core';
 import { Ctx, EventPattern, MessagePattern, Payload, RpcException, Transport, type CustomStrategy } from '@nestjs/microservices';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { EffectLedger, Idempotent, IdempotencyModule, TransactionHost, type IdempotencyModuleOptions } from '../../src/index.js';
+import type { EntityManager } from 'typeorm';
+import {
+  EffectLedger,
+  Idempotent,
+  IdempotencyModule,
+  Phased,
+  TransactionHost,
+  type IdempotencyModuleOptions,
+  type Phases,
+} from '../../src/index.js';
 import { dataSourceOptions } from './database.js';
 import { sleep } from './http.js';
 
@@ -84,6 +93,20 @@ function consumerController(probe: ConsumerProbe) {
     async keyed(@Payload() message: TestMessage, @Ctx() _context: unknown) {
       probe.record(message.label);
       return this.effects.record(message);
+    }
+
+    @EventPattern('refund.phased')
+    @Idempotent({ phases: true, lease: 1_000 })
+    // Nest 12 types an event handler's arguments after the payload as unknown.
+    async phased(@Payload() message: TestMessage, @Phased() injected: unknown) {
+      const phases = injected as Phases<EntityManager>;
+      await phases.run('record', async (tx) => {
+        probe.record(`${message.label}:record`);
+        await tx.query('INSERT INTO effects (tenant, label) VALUES ($1, $2)', ['tenant-a', message.label]);
+      });
+      if (probe.record(`${message.label}:between`) <= (message.failTimes ?? 0)) throw new Error('crash between phases');
+      await phases.run('confirm', async () => probe.record(`${message.label}:confirm`));
+      return { resumed: phases.resumed };
     }
 
     @EventPattern('refund.optional')
