@@ -35,6 +35,13 @@ async function main(): Promise<void> {
   const port = new URL(await app.getUrl()).port;
   logger.log(`Database: ${maskPassword(databaseUrl)}${embedded ? ' (embedded, data in .pgdata/sample)' : ''}`);
   logger.log(`OpenAPI: Swagger UI at http://localhost:${port}/docs, the document at http://localhost:${port}/docs-json`);
+  logger.log(`GraphQL: POST http://localhost:${port}/graphql (mutation requestRefund, with an Idempotency-Key header)`);
+  logger.log(
+    config.rabbitmqUrl
+      ? `Consuming refund requests from RabbitMQ ${maskPassword(config.rabbitmqUrl)}, queue ${config.refundQueue} ` +
+          `(dead letters in ${config.refundQueue}.dead)`
+      : 'RABBITMQ_URL is not set: refund requests are not consumed from a queue (GraphQL only).',
+  );
   logger.log(`Payments API on http://localhost:${port} (${config.httpAdapter}). Try:\n\n${curlExample(port, config)}\n`);
 }
 
