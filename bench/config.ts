@@ -15,7 +15,9 @@ export interface BenchConfig {
   connections: number;
   /** Each variant is measured this many times, interleaved with the others, so drift hits all alike. */
   rounds: number;
+  /** Load before each variant's first measured round; later rounds warm up for `rewarmSeconds`. */
   warmupSeconds: number;
+  rewarmSeconds: number;
   measureSeconds: number;
   /** Completed keys that the replay measurement cycles through. */
   replayKeys: number;
@@ -57,7 +59,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): BenchConfig {
     connections: int(env, 'BENCH_CONNECTIONS', 16),
     rounds: int(env, 'BENCH_ROUNDS', pick(3, 1)),
     warmupSeconds: int(env, 'BENCH_WARMUP_S', pick(2, 1)),
-    measureSeconds: int(env, 'BENCH_MEASURE_S', pick(5, 2)),
+    // The variant's route and code paths are warm by then; a short load settles the pool after the previous variant.
+    rewarmSeconds: int(env, 'BENCH_REWARM_S', 1),
+    // 4 s x 3 rounds per variant keeps a full run of all scenarios within about 15 minutes on 2 cores.
+    measureSeconds: int(env, 'BENCH_MEASURE_S', pick(4, 2)),
     replayKeys: pick(1_000, 200),
     stormConnections: int(env, 'BENCH_STORM_CONNECTIONS', 1_000),
     stormKeys: pick(10, 3),
@@ -66,7 +71,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): BenchConfig {
     saturationConnections: int(env, 'BENCH_SATURATION_CONNECTIONS', 20),
     saturationDelayMs: int(env, 'BENCH_SATURATION_DELAY_MS', 200),
     saturationReplayRate: int(env, 'BENCH_SATURATION_REPLAY_RATE', 50),
-    saturationSeconds: int(env, 'BENCH_SATURATION_S', pick(8, 4)),
+    saturationSeconds: int(env, 'BENCH_SATURATION_S', pick(6, 4)),
     bigBodyBytes: int(env, 'BENCH_BIG_BODY_BYTES', 1024 * 1024 - 1024),
     // Fewer than the small requests': 16 at once would queue for seconds, measuring the queue rather than the cost.
     bigBodyConnections: int(env, 'BENCH_BIG_BODY_CONNECTIONS', 4),

@@ -176,7 +176,7 @@ export async function runHttpScenarios(
         const key = variant.keys === 'new' ? () => randomUUID() : () => replayKeys[replayIndex++ % replayKeys.length];
         const body = variant.body === 'big' ? bodies.big : bodies.small;
         const load = { url: app.url, path: variant.path, body, connections: connectionsOf(name), key };
-        await runLoad({ ...load, seconds: config.warmupSeconds });
+        await runLoad({ ...load, seconds: round === 0 ? config.warmupSeconds : config.rewarmSeconds });
         const before = await cpuNow(app, cpu);
         const run = await runLoad({ ...load, seconds: config.measureSeconds });
         const spent = await cpuSince(app, cpu, before);
