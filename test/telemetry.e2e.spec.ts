@@ -54,7 +54,7 @@ describe.each(ADAPTERS)('telemetry over %s', (adapter) => {
     expect((await post(t.api.url, '/items', { label, other: 1 }, key, 'tenant-secret')).status).toBe(422);
     t.api.probe.delays.set(`${label}-slow`, [400]);
     const slow = post(t.api.url, '/slow', { label: `${label}-slow` }, `${key}-slow`, 'tenant-secret');
-    await sleep(100);
+    for (let i = 0; i < 500 && t.api.probe.count(`${label}-slow`) === 0; i++) await sleep(10);
     expect((await post(t.api.url, '/slow', { label: `${label}-slow` }, `${key}-slow`, 'tenant-secret')).status).toBe(409);
     await slow;
 
@@ -106,7 +106,8 @@ describe.each(ADAPTERS)('telemetry over %s', (adapter) => {
     const slowLabel = `${label}-slow`;
     t.api.probe.delays.set(slowLabel, [1_200]);
     const slow = post(t.api.url, '/short-lease', { label: slowLabel }, `k-${slowLabel}`);
-    await sleep(800);
+    for (let i = 0; i < 500 && t.api.probe.count(slowLabel) === 0; i++) await sleep(10);
+    await sleep(700);
     expect((await post(t.api.url, '/short-lease', { label: slowLabel }, `k-${slowLabel}`)).status).toBe(201);
     expect((await slow).status).toBe(409);
     const outcomes = events.filter((e) => e.type === 'outcome') as Array<{ outcome: string; attempt?: number }>;
