@@ -23,7 +23,8 @@ export async function openClaimPool(main: DataSource, size: number): Promise<Dat
   const pool = new DataSource({
     ...options,
     poolSize: size,
-    extra: { ...(options.extra ?? {}), max: size },
+    // allowExitOnIdle: its idle connections never keep a process alive (an app whose start-up failed, say).
+    extra: { ...(options.extra ?? {}), max: size, allowExitOnIdle: true },
     entities: [],
     subscribers: [],
     migrations: [],
