@@ -238,9 +238,10 @@ export const messages = {
       "messages (ctx.getType() === 'rpc')",
     unrepresentable: (reason: string) => `it cannot be fingerprinted: ${reason}`,
     mismatch: 'its idempotency key was already used by a different message (another pattern or payload)',
-    rejected: 'it was rejected before the handler ran (a pipe or a guard); it would be rejected again',
+    rejected: 'a pipe rejected its payload before the handler ran; it would be rejected again',
     failed: (attempts: number) => `its handler failed on ${attempts} deliveries (maxDeliveries)`,
     failedWithoutKey: 'its handler failed, and without a key nothing counts its attempts (required: false)',
+    unexpected: (route: string) => `Processing a message for ${route} failed unexpectedly; the message is dead-lettered.`,
     handlerFailed: (route: string, attempt: number, max: number, delaySeconds: number) =>
       `The handler of ${route} failed (delivery ${attempt} of at most ${max}); the message is redelivered in ${delaySeconds} s.`,
     requeued: (route: string, delaySeconds: number, why: string) =>

@@ -92,15 +92,29 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
     const route = this.routes.get(context.getClass<Type>(), handler);
     if (!route) return next.handle();
     const expectsReply = Reflect.getMetadata(HANDLER_TYPE_METADATA, handler) !== EVENT_HANDLER;
-    return new Observable((subscriber) => void this.consume(context, next, route, new Reply(subscriber, expectsReply)));
+    return new Observable((subscriber) => {
+      const reply = new Reply(subscriber, expectsReply);
+      const delivery = messageDelivery(context.switchToRpc().getContext(), (action, error) =>
+        this.logger.error(
+          messages.consumer.settleFailed(route.name, action, error instanceof Error ? error.message : String(error)),
+        ),
+      );
+      this.consume(context, next, route, delivery, reply).catch((error: unknown) => {
+        // A bug (a custom fingerprint function that threw): kept for a person to look at, never retried in a loop.
+        this.logger.error(messages.consumer.unexpected(route.name), error instanceof Error ? error.stack : String(error));
+        delivery.deadLetter(messages.consumer.unexpected(route.name));
+        reply.fail(error);
+      });
+    });
   }
 
-  private async consume(context: ExecutionContext, next: CallHandler, route: RouteSettings, reply: Reply): Promise<void> {
-    const delivery = messageDelivery(context.switchToRpc().getContext(), (action, error) =>
-      this.logger.error(
-        messages.consumer.settleFailed(route.name, action, error instanceof Error ? error.message : String(error)),
-      ),
-    );
+  private async consume(
+    context: ExecutionContext,
+    next: CallHandler,
+    route: RouteSettings,
+    delivery: MessageDelivery,
+    reply: Reply,
+  ): Promise<void> {
     const deadLetter = async (reason: string, cause?: unknown) => {
       this.logger.warn(messages.consumer.deadLettered(route.name, reason));
       delivery.deadLetter(reason);
@@ -157,7 +171,7 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
       return { response, result: value };
     };
     const onFailure = async (error: unknown): Promise<FailureDecision> => {
-      // A pipe or guard refused it: nothing ran, and the same message would be refused again.
+      // A pipe refused its payload: nothing ran, and the same message would be refused again.
       if (!execution.handlerStarted) {
         policy = 'rejected';
         return { action: 'release' };

@@ -47,6 +47,27 @@ export type SettleFailure = (action: 'ack' | 'requeue' | 'dead-letter', error: u
  * `NatsContext`, or anything else (TCP, Redis, MQTT: nothing to settle).
  */
 export function messageDelivery(rpcContext: unknown, onSettleFailure: SettleFailure): MessageDelivery {
+  return settledOnce(deliveryOf(rpcContext, onSettleFailure));
+}
+
+/**
+ * A message is settled once: a second acknowledgement of the same AMQP
+ * delivery tag is a channel error that closes the channel, and with it every
+ * other message in flight on it.
+ */
+function settledOnce(delivery: MessageDelivery): MessageDelivery {
+  let settled = false;
+  const once =
+    <A extends unknown[]>(fn: (...args: A) => void) =>
+    (...args: A) => {
+      if (settled) return;
+      settled = true;
+      fn(...args);
+    };
+  return { ...delivery, ack: once(delivery.ack), retry: once(delivery.retry), deadLetter: once(delivery.deadLetter) };
+}
+
+function deliveryOf(rpcContext: unknown, onSettleFailure: SettleFailure): MessageDelivery {
   const ctx = rpcContext as Record<string, unknown> | null | undefined;
   if (ctx && typeof ctx.getChannelRef === 'function' && typeof ctx.getMessage === 'function') {
     return rabbitMqDelivery(ctx, onSettleFailure);
