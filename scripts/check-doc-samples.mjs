@@ -125,7 +125,14 @@ function compilerOptions() {
   };
 }
 
-const samples = markdownFiles().flatMap(extractSamples);
+let samples;
+try {
+  samples = markdownFiles().flatMap(extractSamples);
+} catch (error) {
+  // A malformed document (an unclosed block, a prelude that does more than declare): say where, without a stack.
+  console.error(`check:docs: ${error instanceof Error ? error.message : String(error)}`);
+  process.exit(1);
+}
 const virtual = new Map();
 for (const [n, sample] of samples.entries()) {
   const name = join(root, '.doc-samples', `${sample.file.replace(/[^A-Za-z0-9]/g, '_')}_${sample.codeLine}_${n}.ts`);
