@@ -65,6 +65,7 @@ export class AppModule {
             return context.switchToHttp().getRequest<AuthenticatedRequest>().tenant;
           },
           lease: config.leaseMs,
+          heartbeat: config.heartbeat,
           ttl: config.ttlMs,
           sweep: { interval: config.sweepIntervalMs },
           // The checkout's receipts: delivered by the relay, at least once.

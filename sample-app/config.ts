@@ -15,6 +15,11 @@ export interface SampleConfig {
   databaseSchema?: string;
   /** `IDEMPOTENCY_LEASE_MS`; unset keeps the module's default (30 s). */
   leaseMs?: number;
+  /**
+   * `IDEMPOTENCY_HEARTBEAT` (`true` | `false`); unset keeps the module's default (on). Off, a slow
+   * handler can be taken over once its lease ends, as the reliability suite's lease scenarios need.
+   */
+  heartbeat?: boolean;
   /** `IDEMPOTENCY_TTL_MS`; unset keeps the module's default (24 h). */
   ttlMs?: number;
   /** `IDEMPOTENCY_SWEEP_INTERVAL_MS`; unset keeps the module's default (60 s). */
@@ -60,6 +65,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): SampleConfig {
     httpAdapter: adapter(env.HTTP_ADAPTER),
     databaseUrl: nonEmpty(env.DATABASE_URL),
     leaseMs: integer(env, 'IDEMPOTENCY_LEASE_MS', { min: 1 }),
+    heartbeat: flag(env, 'IDEMPOTENCY_HEARTBEAT'),
     ttlMs: integer(env, 'IDEMPOTENCY_TTL_MS', { min: 1 }),
     sweepIntervalMs: integer(env, 'IDEMPOTENCY_SWEEP_INTERVAL_MS', { min: 1 }),
     apiKeys,
@@ -101,6 +107,13 @@ function adapter(value: string | undefined): HttpAdapterName {
     throw new SampleConfigError(`HTTP_ADAPTER must be "express" or "fastify", not "${value}".`);
   }
   return name;
+}
+
+function flag(env: NodeJS.ProcessEnv, name: string): boolean | undefined {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return undefined;
+  if (raw !== 'true' && raw !== 'false') throw new SampleConfigError(`${name} must be true or false, got "${raw}".`);
+  return raw === 'true';
 }
 
 function integer(env: NodeJS.ProcessEnv, name: string, range: { min: number; max?: number }): number | undefined {

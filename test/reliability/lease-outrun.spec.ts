@@ -18,7 +18,8 @@ describe('lease outrun across processes', () => {
 
   beforeAll(async () => {
     db = await ScenarioDatabase.create('lease_outrun');
-    const env = { IDEMPOTENCY_LEASE_MS: String(OUTRUN_LEASE_MS) };
+    // No heartbeat: the slow handler stands for a stalled process, whose lease runs out.
+    const env = { IDEMPOTENCY_LEASE_MS: String(OUTRUN_LEASE_MS), IDEMPOTENCY_HEARTBEAT: 'false' };
     [express, fastify] = await fleet.startAll([
       { name: 'outrun-express', adapter: 'express', databaseUrl: db.url, env },
       { name: 'outrun-fastify', adapter: 'fastify', databaseUrl: db.url, env },

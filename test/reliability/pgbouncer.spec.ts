@@ -38,7 +38,8 @@ describe('through PgBouncer in transaction pooling', () => {
             name: `bouncer-${i + 1}`,
             adapter: adapters[i % 2],
             databaseUrl: bouncer!.url,
-            env: { IDEMPOTENCY_LEASE_MS: String(OUTRUN_LEASE_MS) },
+            // No heartbeat: the takeover scenario needs the slow original's lease to run out.
+            env: { IDEMPOTENCY_LEASE_MS: String(OUTRUN_LEASE_MS), IDEMPOTENCY_HEARTBEAT: 'false' },
           }),
         ),
       )),
