@@ -69,7 +69,7 @@ export const messages = {
       `IdempotencyModule: the ${table.what} table "${table.name}" lacks the column${missing.length > 1 ? 's' : ''} ` +
       `${missing.join(', ')}, which this version of the module uses. The module's migrations create them: check that ` +
       `${table.migration} and the module's later migrations, if any, are in your \`migrations\` and have run. A table made ` +
-      'by hand or by an older version needs the columns added by a migration of your own (types under Schema in the README)' +
+      'by hand or by an older version needs the columns added by a migration of your own (types in docs/schema.md, shipped with the package)' +
       (table.entity ? `; without migrations, \`synchronize: true\` with ${table.entity} adds them.` : '.'),
     functionsMissing: (table: TableFix, missing: readonly string[]) =>
       `IdempotencyModule: the function${missing.length > 1 ? 's' : ''} ${missing.join(', ')} of the key table "${table.name}" ` +

@@ -3,7 +3,7 @@ import type { KeyRejection } from '../core/key.js';
 import type { StoredResponse } from '../store/idempotency-store.js';
 import { messages } from './messages.js';
 
-/** Base of the stable problem type URIs (RFC 9457 `type`); documented in the README. */
+/** Base of the stable problem type URIs (RFC 9457 `type`); documented in docs/errors.md. */
 export const PROBLEM_TYPE_BASE = 'urn:nest-idempotency:problem:';
 
 export const ProblemType = {
