@@ -10,15 +10,9 @@ import {
 } from '@nestjs/common';
 import { defaultIfEmpty, lastValueFrom, Observable, type Subscriber } from 'rxjs';
 import type { FailureDecision } from './core/idempotency-engine.js';
-import {
-  FingerprintMismatchError,
-  KeyInFlightError,
-  LeaseLostError,
-  StoreUnavailableError,
-  UnrepresentableInputError,
-} from './core/errors.js';
+import { UnrepresentableInputError } from './core/errors.js';
 import { fingerprintRequest, fingerprintValue } from './core/fingerprint.js';
-import { parseIdempotencyKey, redactKey } from './core/key.js';
+import { parseIdempotencyKey } from './core/key.js';
 import { messages } from './errors/messages.js';
 import { IdempotencyProblemException, problemResponse, problems } from './errors/problems.js';
 import { fingerprintInput, headerValues, serverResponse, type HttpRequest } from './http/request-identity.js';
@@ -27,7 +21,10 @@ import { describeUnreplayable, UnreplayableResponseError } from './http/unreplay
 import { ResponseNotSentError, WireCapture } from './http/wire-capture.js';
 import { IDEMPOTENCY_OPTIONS, REPLAYED_HEADER } from './idempotency.constants.js';
 import type { FailurePolicy, ResolvedIdempotencyOptions } from './idempotency.options.js';
+import { problemForOutcome, resolveTenant } from './entry-point.js';
 import { IdempotencyService } from './idempotency.service.js';
+import { IdempotentResolverInterceptor } from './graphql/idempotent-resolver.interceptor.js';
+import { IdempotentMessageInterceptor } from './rpc/idempotent-message.interceptor.js';
 import type { StoredResponse } from './store/idempotency-store.js';
 
 /** Requests already handled by an instance of this interceptor (class- and method-level `@Idempotent()` both apply it). */
@@ -58,12 +55,25 @@ export class IdempotencyInterceptor implements NestInterceptor {
   constructor(
     private readonly routes: IdempotentRoutes,
     private readonly service: IdempotencyService,
+    private readonly messages: IdempotentMessageInterceptor,
+    private readonly resolvers: IdempotentResolverInterceptor,
     @Inject(IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
   ) {}
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    // One interceptor on every @Idempotent() handler; messages and GraphQL mutations have their own entry points.
+    switch (context.getType<string>()) {
+      case 'http':
+        break;
+      case 'rpc':
+        return this.messages.intercept(context, next);
+      case 'graphql':
+        return this.resolvers.intercept(context, next);
+      default:
+        return next.handle();
+    }
     const request = context.switchToHttp().getRequest<HttpRequest>();
-    if (context.getType() !== 'http' || handledRequests.has(request)) return next.handle();
+    if (handledRequests.has(request)) return next.handle();
     handledRequests.add(request);
     const route = this.routes.get(context.getClass<Type>(), context.getHandler() as (...args: unknown[]) => unknown);
     if (!route) return next.handle();
@@ -95,7 +105,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       const parsed = parseIdempotencyKey(values, this.options.maxKeyLength);
       if (!parsed.ok) return refuse(problems.invalidKey(parsed.reason, parsed.detail));
       key = parsed.key;
-      const tenant = await this.resolveTenant(context, route.name);
+      const tenant = await resolveTenant(this.options, context, route.name, this.logger);
       let fingerprint: string;
       try {
         fingerprint = route.options.fingerprint
@@ -174,45 +184,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
     return definite ? route.options.onHttpException : route.options.onError;
   }
 
-  /**
-   * The tenant, or a problem 500 that fails closed. An `HttpException` from
-   * the resolver (e.g. a 401 for a missing principal) is the resolver's
-   * answer and goes out as it is.
-   */
-  private async resolveTenant(context: ExecutionContext, routeName: string): Promise<string> {
-    let tenant: string | null | undefined;
-    try {
-      tenant = await this.options.tenant(context);
-    } catch (error) {
-      if (error instanceof HttpException) throw error;
-      this.logger.error(messages.log.tenantFailed(routeName), error instanceof Error ? error.stack : String(error));
-      throw problems.tenantUnresolved();
-    }
-    if (typeof tenant !== 'string' || tenant === '') {
-      this.logger.error(messages.log.tenantUnresolved(routeName));
-      throw problems.tenantUnresolved();
-    }
-    return tenant;
-  }
-
   /** The module's own answer to an outcome of the engine, or undefined when the error is the app's. */
   private problemFor(error: unknown, routeName: string, key: string): IdempotencyProblemException | undefined {
-    if (error instanceof IdempotencyProblemException) return error;
-    if (error instanceof KeyInFlightError) return problems.conflict(error.retryAfterSeconds);
-    if (error instanceof FingerprintMismatchError) return problems.mismatch();
-    if (error instanceof LeaseLostError) {
-      this.logger.warn(messages.log.leaseLost(routeName, redactKey(key)));
-      return problems.leaseLost();
-    }
-    if (error instanceof StoreUnavailableError) {
-      this.logger.error(messages.log.unavailable(routeName));
-      return problems.unavailable(error.retryAfterSeconds ?? this.options.unavailableRetryAfter, error.cause, error.outcome);
-    }
     if (error instanceof UnreplayableResponseError) {
       this.logger.error(messages.config.unreplayableRoute(routeName, error.message));
       return problems.unreplayable(error);
     }
-    return undefined;
+    return problemForOutcome(error, this.options, routeName, key, this.logger);
   }
 }
 

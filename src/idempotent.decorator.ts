@@ -3,12 +3,10 @@ import { PATH_METADATA } from '@nestjs/common/constants.js';
 import { IDEMPOTENT_METADATA, SKIP_IDEMPOTENCY_METADATA } from './idempotency.constants.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import type { IdempotencyRouteOptions } from './idempotency.options.js';
-import { IdempotentMessageInterceptor } from './rpc/idempotent-message.interceptor.js';
-import { IdempotentResolverInterceptor } from './graphql/idempotent-resolver.interceptor.js';
 import { idempotencyContext } from './transaction/idempotency-context.js';
 
-/** One per kind of entry point; each lets the others' contexts (`http`, `rpc`, `graphql`) pass through untouched. */
-const INTERCEPTORS = [IdempotencyInterceptor, IdempotentMessageInterceptor, IdempotentResolverInterceptor];
+/** One interceptor for every kind of entry point: it hands messages and GraphQL mutations to theirs. */
+const INTERCEPTORS = [IdempotencyInterceptor];
 
 const MARKED = Symbol('nest-idempotency:marked-handler');
 const MESSAGE_PATTERN = 'microservices:pattern';

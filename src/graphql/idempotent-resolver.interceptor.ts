@@ -10,21 +10,16 @@ import {
 } from '@nestjs/common';
 import { defaultIfEmpty, lastValueFrom, Observable, type Subscriber } from 'rxjs';
 import type { FailureDecision } from '../core/idempotency-engine.js';
-import {
-  FingerprintMismatchError,
-  KeyInFlightError,
-  LeaseLostError,
-  StoreUnavailableError,
-  UnrepresentableInputError,
-} from '../core/errors.js';
+import { UnrepresentableInputError } from '../core/errors.js';
 import { fingerprintValue } from '../core/fingerprint.js';
-import { parseIdempotencyKey, redactKey } from '../core/key.js';
+import { parseIdempotencyKey } from '../core/key.js';
 import { messages } from '../errors/messages.js';
 import { IdempotencyProblemException, problems } from '../errors/problems.js';
 import { headerValues, type HttpRequest } from '../http/request-identity.js';
 import { IdempotentRoutes, type RouteSettings } from '../http/route-settings.js';
 import { IDEMPOTENCY_OPTIONS, REPLAYED_HEADER } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
+import { problemForOutcome, resolveTenant } from '../entry-point.js';
 import { IdempotencyService } from '../idempotency.service.js';
 import type { StoredResponse } from '../store/idempotency-store.js';
 import { IdempotencyGraphQLError, ReplayedGraphQLError } from './graphql-problem.js';
@@ -110,7 +105,7 @@ export class IdempotentResolverInterceptor implements NestInterceptor {
         return void this.service.runWithoutIdempotency(() => next.handle()).subscribe(subscriber);
       }
       key = found;
-      const tenant = await this.resolveTenant(context, route.name);
+      const tenant = await resolveTenant(this.options, context, route.name, this.logger);
       let fingerprint: string;
       try {
         fingerprint = fingerprintValue(
@@ -157,7 +152,7 @@ export class IdempotentResolverInterceptor implements NestInterceptor {
       subscriber.next(stored.value);
       subscriber.complete();
     } catch (error) {
-      fail(this.problemFor(error, route.name, key) ?? error);
+      fail(problemForOutcome(error, this.options, route.name, key, this.logger) ?? error);
     }
   }
 
@@ -181,38 +176,6 @@ export class IdempotentResolverInterceptor implements NestInterceptor {
     if (argument !== undefined) return checkedKey(argument, this.options.maxKeyLength);
     // Not a client's mistake but the app's: the header can never be read.
     if (!request) this.logger.error(messages.graphql.noRequest);
-    return undefined;
-  }
-
-  /** The tenant; a resolver that yields nothing fails the mutation closed, one that throws an `HttpException` answers with it. */
-  private async resolveTenant(context: ExecutionContext, routeName: string): Promise<string> {
-    let tenant: string | null | undefined;
-    try {
-      tenant = await this.options.tenant(context);
-    } catch (error) {
-      if (error instanceof HttpException) throw error;
-      this.logger.error(messages.log.tenantFailed(routeName), error instanceof Error ? error.stack : String(error));
-      throw problems.tenantUnresolved();
-    }
-    if (typeof tenant !== 'string' || tenant === '') {
-      this.logger.error(messages.log.tenantUnresolved(routeName));
-      throw problems.tenantUnresolved();
-    }
-    return tenant;
-  }
-
-  private problemFor(error: unknown, routeName: string, key: string): IdempotencyProblemException | undefined {
-    if (error instanceof IdempotencyProblemException) return error;
-    if (error instanceof KeyInFlightError) return problems.conflict(error.retryAfterSeconds);
-    if (error instanceof FingerprintMismatchError) return problems.mismatch();
-    if (error instanceof LeaseLostError) {
-      this.logger.warn(messages.log.leaseLost(routeName, redactKey(key)));
-      return problems.leaseLost();
-    }
-    if (error instanceof StoreUnavailableError) {
-      this.logger.error(messages.log.unavailable(routeName));
-      return problems.unavailable(error.retryAfterSeconds ?? this.options.unavailableRetryAfter, error.cause, error.outcome);
-    }
     return undefined;
   }
 
