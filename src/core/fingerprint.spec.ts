@@ -1,6 +1,14 @@
 import { describe, expect, it } from '@jest/globals';
+import canonicalize from 'canonicalize';
+import fc from 'fast-check';
 import { UnrepresentableInputError } from './errors.js';
-import { fingerprintRequest, fingerprintValue, MAX_FINGERPRINT_DEPTH, type FingerprintInput } from './fingerprint.js';
+import {
+  canonicalJson,
+  fingerprintRequest,
+  fingerprintValue,
+  MAX_FINGERPRINT_DEPTH,
+  type FingerprintInput,
+} from './fingerprint.js';
 
 const request = (overrides: Partial<FingerprintInput> = {}): FingerprintInput => ({
   method: 'POST',
@@ -78,5 +86,30 @@ describe('fingerprintValue', () => {
   it('fingerprints plain values canonically', () => {
     expect(fingerprintValue({ b: 1, a: 2 })).toBe(fingerprintValue({ a: 2, b: 1 }));
     expect(fingerprintValue({ a: 1 })).not.toBe(fingerprintValue({ a: '1' }));
+  });
+});
+
+describe('canonicalJson', () => {
+  it('writes exactly what the canonicalize package (RFC 8785) writes, and refuses what it refuses', () => {
+    fc.assert(
+      fc.property(fc.jsonValue({ maxDepth: 6, stringUnit: 'binary' }), (value) => {
+        let expected: string | undefined;
+        let refused = false;
+        try {
+          expected = canonicalize(value);
+        } catch {
+          refused = true;
+        }
+        if (refused) expect(() => canonicalJson(value)).toThrow(UnrepresentableInputError);
+        else expect(canonicalJson(value)).toBe(expected);
+      }),
+      { numRuns: 2_000 },
+    );
+  });
+
+  it('sorts keys by UTF-16 code units, integer-like keys included', () => {
+    expect(canonicalJson({ b: 1, 10: 2, 2: 3, a: [undefined, { y: null, x: true }], '\u00e9': 0, z: undefined })).toBe(
+      '{"10":2,"2":3,"a":[null,{"x":true,"y":null}],"b":1,"\u00e9":0}',
+    );
   });
 });
