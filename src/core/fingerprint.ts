@@ -129,7 +129,8 @@ function write(value: unknown, depth: number): string | undefined {
   return `${out}}`;
 }
 
-/** Characters JSON.stringify escapes in a string (besides lone surrogates, refused before). */
+/** Characters JSON.stringify escapes in a string (besides lone surrogates, refused before): quote, backslash, controls. */
+// eslint-disable-next-line no-control-regex -- the control characters are exactly what must be found
 const NEEDS_ESCAPING = /["\\\u0000-\u001f]/;
 
 /** A string as JSON: most need no escaping, and are quoted as they are. */
