@@ -186,6 +186,12 @@ describe.each(ADAPTERS)('the fast path over %s: heartbeat, bounded wait, request
       expect((await keyRow(`k-${label}`)).status).toBe('completed');
     });
 
+    it("the claim's lock timeout does not outlive the claim: the handler runs with the app's own", async () => {
+      const res = await post(two.url, '/in-tx-settings', {}, `k-${fresh()}`);
+      expect(res.status).toBe(201);
+      expect(res.json()).toEqual({ lockTimeout: '0' });
+    });
+
     it('a duplicate that waits longer than `wait` on the row lock gets a 409', async () => {
       const label = fresh();
       one.probe.delays.set(label, [4_500]);

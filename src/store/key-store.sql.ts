@@ -110,9 +110,13 @@ export function keyStoreFunctions(tableName: string): string[] {
      LANGUAGE plpgsql AS $fn$
      DECLARE
        r ${t}%ROWTYPE;
+       previous_lock_timeout text;
      BEGIN
        IF p_lock_timeout_ms IS NOT NULL THEN
-         -- As SET LOCAL: only for the calling transaction (request-transaction mode).
+         -- As SET LOCAL, for the claim's own statements only (request-transaction mode): the
+         -- previous value is put back before returning, so the handler's statements and the
+         -- completion that follow in the same transaction keep the app's lock_timeout.
+         previous_lock_timeout := current_setting('lock_timeout');
          PERFORM set_config('lock_timeout', greatest(1, ceil(p_lock_timeout_ms))::bigint || 'ms', true);
        END IF;
        FOR i IN 1..3 LOOP
@@ -122,14 +126,17 @@ export function keyStoreFunctions(tableName: string): string[] {
              RETURN QUERY SELECT CASE WHEN r.fingerprint = p_fingerprint THEN 'in_flight' ELSE 'mismatch' END, r.attempt,
                NULL::text, greatest(1, ceil(extract(epoch FROM (r.lease_expires_at - now()))))::integer,
                NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
+             IF previous_lock_timeout IS NOT NULL THEN PERFORM set_config('lock_timeout', previous_lock_timeout, true); END IF;
              RETURN;
            ELSIF r.expires_at > now() AND r.fingerprint <> p_fingerprint THEN
              RETURN QUERY SELECT 'mismatch'::text, r.attempt, NULL::text, NULL::integer,
                NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
+             IF previous_lock_timeout IS NOT NULL THEN PERFORM set_config('lock_timeout', previous_lock_timeout, true); END IF;
              RETURN;
            ELSIF r.expires_at > now() AND r.status = 'completed' THEN
              RETURN QUERY SELECT 'completed'::text, r.attempt, NULL::text, NULL::integer,
                r.response_status, r.response_headers, r.response_body, NULL::text, NULL::text;
+             IF previous_lock_timeout IS NOT NULL THEN PERFORM set_config('lock_timeout', previous_lock_timeout, true); END IF;
              RETURN;
            END IF;
          END IF;
@@ -162,10 +169,12 @@ export function keyStoreFunctions(tableName: string): string[] {
            RETURNING 'claimed'::text, k.attempt, k.generation::text, NULL::integer,
                      NULL::integer, NULL::jsonb, NULL::bytea, k.recovery_point, k.phase_results;
          IF FOUND THEN
+           IF previous_lock_timeout IS NOT NULL THEN PERFORM set_config('lock_timeout', previous_lock_timeout, true); END IF;
            RETURN;
          END IF;
        END LOOP;
        -- The row kept changing under us: another attempt is working on this key.
+       IF previous_lock_timeout IS NOT NULL THEN PERFORM set_config('lock_timeout', previous_lock_timeout, true); END IF;
        RETURN QUERY SELECT 'in_flight'::text, NULL::integer, NULL::text, 1, NULL::integer, NULL::jsonb, NULL::bytea,
          NULL::text, NULL::text;
      END

@@ -130,6 +130,14 @@ function controllers(probe: Probe) {
       return { label: body.label, attempt: probe.count(body.label) };
     }
 
+    @Post('in-tx-settings')
+    @Idempotent({ claimMode: 'request-transaction', wait: '3s' })
+    async inTransactionSettings(@TxManager() manager: EntityManager) {
+      // What the handler's statements run with, after the claim in the same transaction.
+      const [row] = (await manager.query('SHOW lock_timeout')) as Array<{ lock_timeout: string }>;
+      return { lockTimeout: row.lock_timeout };
+    }
+
     @Post('short-lease')
     // Outruns its lease on purpose, as a stalled process would: without a heartbeat the key can be taken over.
     @Idempotent({ lease: 600, ttl: '1h', heartbeat: false })
