@@ -127,8 +127,10 @@ describe('through PgBouncer in transaction pooling', () => {
       const before = await pooledTransactions(bouncer!, db.name);
       const figures = await runStorm('pgbouncer', instances, db);
       const after = await pooledTransactions(bouncer!, db.name);
-      // The traffic really went through PgBouncer's transaction pool.
-      expect(after.transactions - before.transactions).toBeGreaterThanOrEqual(figures.requests);
+      // The traffic really went through PgBouncer's transaction pool: every process claimed through it, and the
+      // execution's transaction on top. (Not one per request: a duplicate of a key running in the same process
+      // is answered from it, without a round trip.)
+      expect(after.transactions - before.transactions).toBeGreaterThan(INSTANCES);
       expect(after.serverConnections).toBeLessThanOrEqual(20);
       printFigures('pgbouncer/storm', {
         ...figures,
