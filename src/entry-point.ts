@@ -3,6 +3,8 @@ import { FingerprintMismatchError, KeyInFlightError, LeaseLostError, StoreUnavai
 import { redactKey } from './core/key.js';
 import { messages } from './errors/messages.js';
 import { IdempotencyProblemException, problems } from './errors/problems.js';
+import type { WorkScope } from './core/idempotency-engine.js';
+import type { RouteSettings } from './http/route-settings.js';
 import type { ResolvedIdempotencyOptions } from './idempotency.options.js';
 
 /*
@@ -58,4 +60,17 @@ export function problemForOutcome(
     return problems.unavailable(error.retryAfterSeconds ?? options.unavailableRetryAfter, error.cause, error.outcome);
   }
   return undefined;
+}
+
+/**
+ * What identifies one execution of an idempotent route for the engine: the
+ * key in its tenant, the fingerprint, and the route's resolved options.
+ */
+export function routeScope(
+  route: RouteSettings,
+  identity: { tenant: string; key: string; fingerprint: string },
+  onFailure: WorkScope['onFailure'],
+): WorkScope {
+  const { leaseMs, ttlMs, waitMs, heartbeat, claimMode } = route.options;
+  return { ...identity, leaseMs, ttlMs, waitMs, heartbeat, claimMode, label: route.name, onFailure };
 }

@@ -21,7 +21,7 @@ import { describeUnreplayable, UnreplayableResponseError } from './http/unreplay
 import { ResponseNotSentError, WireCapture } from './http/wire-capture.js';
 import { IDEMPOTENCY_OPTIONS, REPLAYED_HEADER } from './idempotency.constants.js';
 import type { FailurePolicy, ResolvedIdempotencyOptions } from './idempotency.options.js';
-import { problemForOutcome, resolveTenant } from './entry-point.js';
+import { problemForOutcome, resolveTenant, routeScope } from './entry-point.js';
 import { IdempotencyService } from './idempotency.service.js';
 import { IdempotentResolverInterceptor } from './graphql/idempotent-resolver.interceptor.js';
 import { IdempotentMessageInterceptor } from './rpc/idempotent-message.interceptor.js';
@@ -139,18 +139,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         if (!execution.handlerStarted && !(error instanceof FailedAfterHandlerError)) return { action: 'release' };
         return decide(this.policyFor(error, sent.status, route), sent);
       };
-      const scope = {
-        tenant,
-        key,
-        fingerprint,
-        leaseMs: route.options.leaseMs,
-        ttlMs: route.options.ttlMs,
-        waitMs: route.options.waitMs,
-        heartbeat: route.options.heartbeat,
-        claimMode: route.options.claimMode,
-        label: route.name,
-        onFailure,
-      };
+      const scope = routeScope(route, { tenant, key, fingerprint }, onFailure);
       const outcome = route.options.phases
         ? await this.service.runPhased({ ...scope, run: handle }, execution)
         : await this.service.run({ ...scope, run: handle }, execution);

@@ -19,7 +19,7 @@ import { headerValues, type HttpRequest } from '../http/request-identity.js';
 import { IdempotentRoutes, type RouteSettings } from '../http/route-settings.js';
 import { IDEMPOTENCY_OPTIONS, REPLAYED_HEADER } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
-import { problemForOutcome, resolveTenant } from '../entry-point.js';
+import { problemForOutcome, resolveTenant, routeScope } from '../entry-point.js';
 import { IdempotencyService } from '../idempotency.service.js';
 import type { StoredResponse } from '../store/idempotency-store.js';
 import { IdempotencyGraphQLError, ReplayedGraphQLError } from './graphql-problem.js';
@@ -131,18 +131,7 @@ export class IdempotentResolverInterceptor implements NestInterceptor {
           ? { action: 'store', response: encode({ error: storedError(error) }, 400) }
           : { action: policy };
       };
-      const scope = {
-        tenant,
-        key,
-        fingerprint,
-        leaseMs: route.options.leaseMs,
-        ttlMs: route.options.ttlMs,
-        waitMs: route.options.waitMs,
-        heartbeat: route.options.heartbeat,
-        claimMode: route.options.claimMode,
-        label: route.name,
-        onFailure,
-      };
+      const scope = routeScope(route, { tenant, key, fingerprint }, onFailure);
       const outcome = route.options.phases
         ? await this.service.runPhased({ ...scope, run: handle }, execution)
         : await this.service.run({ ...scope, run: handle }, execution);

@@ -23,6 +23,7 @@ import { ProblemType } from '../errors/problems.js';
 import { IdempotentRoutes, type RouteSettings } from '../http/route-settings.js';
 import { IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { FailurePolicy, ResolvedIdempotencyOptions } from '../idempotency.options.js';
+import { routeScope } from '../entry-point.js';
 import { IdempotencyService } from '../idempotency.service.js';
 import type { StoredResponse } from '../store/idempotency-store.js';
 import { messageDelivery, type MessageDelivery } from './message-delivery.js';
@@ -183,18 +184,7 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
     };
 
     try {
-      const scope = {
-        tenant,
-        key,
-        fingerprint,
-        leaseMs: route.options.leaseMs,
-        ttlMs: route.options.ttlMs,
-        waitMs: route.options.waitMs,
-        heartbeat: route.options.heartbeat,
-        claimMode: route.options.claimMode,
-        label: route.name,
-        onFailure,
-      };
+      const scope = routeScope(route, { tenant, key, fingerprint }, onFailure);
       const outcome = route.options.phases
         ? await this.service.runPhased({ ...scope, run: (_phases, claim) => handle(undefined, claim) }, execution)
         : await this.service.run({ ...scope, run: handle }, execution);
