@@ -44,7 +44,7 @@ import type pg from 'pg';
 import type { DataSource, EntityManager, Logger as TypeOrmLogger } from 'typeorm';
 import { DEFAULT_LEASE_MS, DEFAULT_TTL_MS } from '../src/idempotency.constants.js';
 import { keyStoreStatements } from '../src/store/key-store.sql.js';
-import { quoteTableName } from '../src/store/sql.js';
+import { quoteTableName } from '../src/store/identifiers.js';
 import { Idempotent, IdempotencyModule, TxManager } from '../src/index.js';
 import { CHARGES_TABLE, CUSTOMERS_TABLE, EVENTS_TABLE, KEY_TABLE, LEDGER_TABLE } from './database.js';
 import {

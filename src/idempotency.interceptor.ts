@@ -25,7 +25,7 @@ import { problemForOutcome, resolveTenant, routeScope } from './entry-point.js';
 import { IdempotencyService } from './idempotency.service.js';
 import { IdempotentResolverInterceptor } from './graphql/idempotent-resolver.interceptor.js';
 import { IdempotentMessageInterceptor } from './rpc/idempotent-message.interceptor.js';
-import type { StoredResponse } from './store/idempotency-store.js';
+import type { StoredResponse } from './core/idempotency-store.js';
 
 /** Requests already handled by an instance of this interceptor (class- and method-level `@Idempotent()` both apply it). */
 const handledRequests = new WeakSet<object>();

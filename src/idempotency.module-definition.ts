@@ -1,6 +1,6 @@
 import { ConfigurableModuleBuilder, type Type } from '@nestjs/common';
 import type { IdempotencyModuleOptions } from './idempotency.options.js';
-import type { IdempotencyStore } from './store/idempotency-store.js';
+import type { IdempotencyStore } from './core/idempotency-store.js';
 
 /**
  * Options that shape the module's providers, so they are known before any

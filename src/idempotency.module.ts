@@ -30,7 +30,7 @@ import { openApiMarksProvider } from './openapi/openapi-marks.js';
 import { ClaimPoolLifecycle, openClaimPool } from './store/claim-pool.js';
 import { IdempotencyEvents } from './telemetry/events.js';
 import { createEngineObserver } from './telemetry/opentelemetry.js';
-import { IdempotencyStore } from './store/idempotency-store.js';
+import { IdempotencyStore } from './core/idempotency-store.js';
 import { keyTableOf } from './store/idempotency-key.entity.js';
 import { PostgresIdempotencyStore } from './store/postgres-idempotency.store.js';
 import { IdempotencySchemaCheck } from './store/schema-check.js';

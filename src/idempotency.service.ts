@@ -18,7 +18,7 @@ import {
   type ResolvedIdempotencyOptions,
   type Duration,
 } from './idempotency.options.js';
-import { IdempotencyStore, type StoredResponse, type SweepOptions, type SweepResult } from './store/idempotency-store.js';
+import { IdempotencyStore, type StoredResponse, type SweepOptions, type SweepResult } from './core/idempotency-store.js';
 import { idempotencyContext, type IdempotencyExecutionContext } from './transaction/idempotency-context.js';
 
 /** A unit of non-HTTP work to run at most once per key (a message, a job). */

@@ -24,7 +24,7 @@ export {
   type StoredResponse,
   type SweepOptions,
   type SweepResult,
-} from './store/idempotency-store.js';
+} from './core/idempotency-store.js';
 export { PostgresIdempotencyStore } from './store/postgres-idempotency.store.js';
 export { createIdempotencyKeysMigration, CreateIdempotencyKeys1764460800000 } from './store/idempotency-keys.migration.js';
 export { migratingDataSourceFactory, runMigrationsWithLock, type RunMigrationsOptions } from './store/run-migrations.js';

@@ -8,7 +8,7 @@ import type {
   IdempotencyStore,
   PhaseState,
   StoredResponse,
-} from '../store/idempotency-store.js';
+} from './idempotency-store.js';
 import {
   FingerprintMismatchError,
   IdempotencyError,

@@ -1,4 +1,4 @@
-import type { ClaimRef, IdempotencyStore, PhaseState } from '../store/idempotency-store.js';
+import type { ClaimRef, IdempotencyStore, PhaseState } from './idempotency-store.js';
 import { deriveKey, type DeriveKeyOptions } from './derived-keys.js';
 import { LeaseLostError, StoreUnavailableError, WorkFailure } from './errors.js';
 

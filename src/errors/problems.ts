@@ -1,6 +1,6 @@
 import { HttpException, HttpStatus } from '@nestjs/common';
 import type { KeyRejection } from '../core/key.js';
-import type { StoredResponse } from '../store/idempotency-store.js';
+import type { StoredResponse } from '../core/idempotency-store.js';
 import { messages } from './messages.js';
 
 /** Base of the stable problem type URIs (RFC 9457 `type`); documented in docs/errors.md. */

@@ -21,7 +21,7 @@ import { IDEMPOTENCY_OPTIONS, REPLAYED_HEADER } from '../idempotency.constants.j
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { problemForOutcome, resolveTenant, routeScope } from '../entry-point.js';
 import { IdempotencyService } from '../idempotency.service.js';
-import type { StoredResponse } from '../store/idempotency-store.js';
+import type { StoredResponse } from '../core/idempotency-store.js';
 import { IdempotencyGraphQLError, ReplayedGraphQLError } from './graphql-problem.js';
 
 /** The argument read for the key when the request has no key header. */

@@ -1,6 +1,6 @@
 import type { DataSource, EntityManager } from 'typeorm';
 import { installRedactingLogger, redactQueryError, sqlMarker } from '../store/redacting-logger.js';
-import { quoteTableName } from '../store/sql.js';
+import { quoteTableName } from '../store/identifiers.js';
 
 /** A message as the relay hands it to a handler. */
 export interface OutboxMessage<P = unknown> {

@@ -25,7 +25,7 @@ import { IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { FailurePolicy, ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { routeScope } from '../entry-point.js';
 import { IdempotencyService } from '../idempotency.service.js';
-import type { StoredResponse } from '../store/idempotency-store.js';
+import type { StoredResponse } from '../core/idempotency-store.js';
 import { messageDelivery, type MessageDelivery } from './message-delivery.js';
 
 /** Set by `@EventPattern` (2) and `@MessagePattern` (1) on the handler (@nestjs/microservices' PatternHandler). */

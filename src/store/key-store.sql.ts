@@ -1,5 +1,5 @@
 import { sqlMarker } from './redacting-logger.js';
-import { quoteTableName } from './sql.js';
+import { quoteTableName } from './identifiers.js';
 
 /**
  * The key store's statements, one per cell group of the state table:

@@ -9,10 +9,10 @@ import {
   type StoredResponse,
   type SweepOptions,
   type SweepResult,
-} from './idempotency-store.js';
+} from '../core/idempotency-store.js';
 import { keyStoreStatements } from './key-store.sql.js';
 import { installRedactingLogger, redactQueryError } from './redacting-logger.js';
-import { quoteTableName } from './sql.js';
+import { quoteTableName } from './identifiers.js';
 
 interface ClaimRow {
   state: 'claimed' | 'in_flight' | 'completed' | 'mismatch' | 'retry';

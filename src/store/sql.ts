@@ -1,12 +1,5 @@
+import { quoteTableName } from './identifiers.js';
 import { keyStoreFunctions } from './key-store.sql.js';
-
-/** Quotes a possibly schema-qualified table name (`schema.table`) as SQL identifiers. */
-export function quoteTableName(name: string): string {
-  return name
-    .split('.')
-    .map((part) => `"${part.replace(/"/g, '""')}"`)
-    .join('.');
-}
 
 /**
  * Every column of the key table the module reads or writes, as `createTableStatements`
