@@ -1,5 +1,11 @@
 import { HttpException, type ExecutionContext, type Logger } from '@nestjs/common';
-import { FingerprintMismatchError, KeyInFlightError, LeaseLostError, StoreUnavailableError } from './core/errors.js';
+import {
+  CommitRefusedError,
+  FingerprintMismatchError,
+  KeyInFlightError,
+  LeaseLostError,
+  StoreUnavailableError,
+} from './core/errors.js';
 import { redactKey } from './core/key.js';
 import { messages } from './errors/messages.js';
 import { IdempotencyProblemException, problems } from './errors/problems.js';
@@ -54,6 +60,11 @@ export function problemForOutcome(
   if (error instanceof LeaseLostError) {
     logger.warn(messages.log.leaseLost(routeName, redactKey(key)));
     return problems.leaseLost();
+  }
+  if (error instanceof CommitRefusedError) {
+    const code = (error.cause as { code?: unknown } | undefined)?.code;
+    logger.error(messages.log.commitRefused(routeName, typeof code === 'string' ? code : 'unknown'));
+    return problems.commitRefused();
   }
   if (error instanceof StoreUnavailableError) {
     logger.error(messages.log.unavailable(routeName));

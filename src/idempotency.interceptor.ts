@@ -10,7 +10,7 @@ import {
 } from '@nestjs/common';
 import { defaultIfEmpty, lastValueFrom, Observable, type Subscriber } from 'rxjs';
 import type { FailureDecision } from './core/idempotency-engine.js';
-import { UnrepresentableInputError } from './core/errors.js';
+import { CommitRefusedError, UnrepresentableInputError } from './core/errors.js';
 import { fingerprintRequest, fingerprintValue } from './core/fingerprint.js';
 import { parseIdempotencyKey } from './core/key.js';
 import { messages } from './errors/messages.js';
@@ -131,6 +131,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
         if (error instanceof UnreplayableResponseError || error instanceof ResponseNotSentError) {
           return { action: error instanceof ResponseNotSentError ? 'keep' : 'release' };
         }
+        // The handler's success was rendered, but nothing of it committed: the module answers, as for an error the handler threw.
+        if (error instanceof CommitRefusedError) return decide(route.options.onError, problemResponse(problems.commitRefused()));
         // The app renders the error (its filters), and that rendering is what a 'store' policy keeps.
         out.fail(error);
         const sent =
@@ -149,6 +151,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
         wire.replace(outcome.response, [[REPLAYED_HEADER, 'true']]);
         // Nest still runs the app's outer interceptors and sends; the wire swaps in the stored bytes.
         out.emit(undefined);
+      } else if (outcome.kind === 'failure-stored' && outcome.error instanceof CommitRefusedError) {
+        // What the wire holds is the success that never committed; the stored answer goes out instead.
+        wire.replace(outcome.response);
       } else {
         wire.release();
       }

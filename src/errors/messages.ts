@@ -97,6 +97,9 @@ export const messages = {
     unreplayable: 'The server cannot store the response of this endpoint.',
     storeFailed:
       'The idempotency store failed to record the outcome of this request, so it was rolled back. Retry with the same key.',
+    commitRefused:
+      'The database refused to commit this request (a constraint checked at commit, or a conflict with a concurrent ' +
+      'transaction), so none of its changes took effect.',
     unrepresentableBody: (reason: string) =>
       `The request cannot be checked against its idempotency key: ${reason}. Nothing was processed; fix the body and retry.`,
   },
@@ -109,6 +112,9 @@ export const messages = {
     unavailable: (route: string) => `The idempotency store could not be reached for ${route}; answered 503.`,
     storeFailed: (route: string) =>
       `The idempotency store failed for ${route} after the handler succeeded; the request was rolled back and answered 500.`,
+    commitRefused: (route: string, code: string) =>
+      `The database refused to commit ${route} after the handler returned (SQLSTATE ${code}); none of its writes took ` +
+      'effect, and the request was answered 500 and classified by the route onError policy.',
     leaseLost: (route: string, key: string) => `Lease on key ${key} was lost for ${route}; the attempt was rolled back.`,
   },
   /** The outbox relay's errors and logs; they name a message by id and topic, never by payload. */

@@ -17,6 +17,7 @@ export const ProblemType = {
   unreplayable: `${PROBLEM_TYPE_BASE}unreplayable-response`,
   unrepresentableBody: `${PROBLEM_TYPE_BASE}unrepresentable-body`,
   storeFailed: `${PROBLEM_TYPE_BASE}store-error`,
+  commitRefused: `${PROBLEM_TYPE_BASE}commit-refused`,
 } as const;
 
 export interface ProblemDetails {
@@ -123,6 +124,15 @@ export const problems = {
         'Idempotency store error',
         HttpStatus.INTERNAL_SERVER_ERROR,
         messages.problems.storeFailed,
+      ),
+    ),
+  commitRefused: () =>
+    new IdempotencyProblemException(
+      problem(
+        ProblemType.commitRefused,
+        'Request not committed',
+        HttpStatus.INTERNAL_SERVER_ERROR,
+        messages.problems.commitRefused,
       ),
     ),
   unreplayable: (cause: unknown) =>

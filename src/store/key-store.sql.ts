@@ -34,6 +34,8 @@ export function keyStoreStatements(t: string) {
     // needs nothing. $7 is a lock timeout in ms (request-transaction mode), or null.
     claim: `${sqlMarker('claim')} SELECT * FROM ${fn(t, 'claim')}($1, $2, $3, $4::uuid, $5, $6, $7)`,
     complete: `${sqlMarker('complete')} SELECT ${fn(t, 'complete')}($1, $2, $3::uuid, $4, $5::jsonb, $6, $7) AS completed`,
+    // The same, raising FENCE_LOST_SQLSTATE instead of answering false: for a completion followed by COMMIT.
+    completeOrRaise: `${sqlMarker('complete')} SELECT ${fn(t, 'complete_or_raise')}($1, $2, $3::uuid, $4, $5::jsonb, $6, $7) AS completed`,
     // The heartbeat of a long handler: fenced like the completion.
     renewLease: `${sqlMarker('renew-lease')}
       UPDATE ${t} SET lease_expires_at = clock_timestamp() + interval '1 millisecond' * $4::float8
@@ -71,16 +73,26 @@ export function keyStoreStatements(t: string) {
   } as const;
 }
 
+type KeyStoreFunction = 'claim' | 'complete' | 'complete_or_raise';
+
 /** A function of the key table, named after it and in its schema: `"billing"."payment_keys_claim"`. */
-function fn(quotedTable: string, name: 'claim' | 'complete'): string {
+export function keyStoreFunction(quotedTable: string, name: KeyStoreFunction): string {
   return `${quotedTable.slice(0, -1)}_${name}"`;
 }
+const fn = keyStoreFunction;
 
 /** The key table's functions, quoted as the store calls them. */
 export function keyStoreFunctionNames(tableName: string): string[] {
   const t = quoteTableName(tableName);
-  return [fn(t, 'claim'), fn(t, 'complete')];
+  return [fn(t, 'claim'), fn(t, 'complete'), fn(t, 'complete_or_raise')];
 }
+
+/**
+ * SQLSTATE the completion raises when its fence fails (`complete_or_raise`):
+ * the key is no longer this attempt's. An error, not a false result, so that a
+ * COMMIT sent in the same message never runs after it.
+ */
+export const FENCE_LOST_SQLSTATE = 'NI409';
 
 /**
  * The functions the claim and the completion call, created by the key
@@ -190,6 +202,18 @@ export function keyStoreFunctions(tableName: string): string[] {
               completed_at = clock_timestamp(), expires_at = clock_timestamp() + interval '1 millisecond' * p_ttl_ms
         WHERE tenant_id = p_tenant AND key = p_key AND owner_token = p_owner AND status = 'in_flight';
        RETURN FOUND;
+     END
+     $fn$`,
+    // The completion sent with its COMMIT in one message: a failed fence must stop that COMMIT.
+    `CREATE OR REPLACE FUNCTION ${fn(t, 'complete_or_raise')}(
+       p_tenant text, p_key text, p_owner uuid, p_status integer, p_headers jsonb, p_body bytea, p_ttl_ms float8)
+     RETURNS boolean
+     LANGUAGE plpgsql AS $fn$
+     BEGIN
+       IF NOT ${fn(t, 'complete')}(p_tenant, p_key, p_owner, p_status, p_headers, p_body, p_ttl_ms) THEN
+         RAISE EXCEPTION 'the idempotency key is no longer this attempt''s' USING ERRCODE = '${FENCE_LOST_SQLSTATE}';
+       END IF;
+       RETURN true;
      END
      $fn$`,
   ];

@@ -119,6 +119,14 @@ function controllers(probe: Probe) {
       return { label: body.label, attempt: probe.count(body.label) };
     }
 
+    @Post('refused-stored')
+    @Idempotent({ onError: 'store' })
+    async refusedStored(@Body() body: { label: string }, @TxManager() manager: EntityManager) {
+      probe.record(body.label);
+      await manager.query('INSERT INTO effects (tenant, label) VALUES ($1, $2)', ['refused-stored', body.label]);
+      return { label: body.label };
+    }
+
     @Post('in-tx')
     @Idempotent({ claimMode: 'request-transaction', wait: '3s' })
     async inTransaction(@Body() body: { label: string; fail?: 'decline' | 'boom' }, @TxManager() manager: EntityManager) {
