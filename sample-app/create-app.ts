@@ -3,7 +3,7 @@ import { NestFactory } from '@nestjs/core';
 import { ExpressAdapter, type NestExpressApplication } from '@nestjs/platform-express';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
-import { applyIdempotencyToOpenApi } from '../src/index.js';
+import { applyIdempotencyToOpenApi } from '../src/openapi/index.js';
 import { AppModule, type AppModuleConfig } from './app.module.js';
 import { declareDeadLetterQueue, refundConsumerOptions } from './refunds/rabbitmq.js';
 

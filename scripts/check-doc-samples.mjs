@@ -2,9 +2,9 @@
 //
 // Each ```ts (or ```typescript) block becomes a module of its own (so samples never see
 // each other's names) and is type-checked with the repository's TypeScript and
-// tsconfig.json (strict), against the library's source: `nest-idempotency-pg`,
-// `nest-idempotency-pg/client` and `nest-idempotency-pg/jetstream` are mapped to src/
-// exactly as package.json's `exports` map them to dist/. Nothing is emitted.
+// tsconfig.json (strict), against the library's source: `nest-idempotency-pg` and each of
+// its subpaths (`nest-idempotency-pg/client`, `/health`, ...) are mapped to src/ exactly as
+// package.json's `exports` map them to dist/. Nothing is emitted.
 //
 // A sample that needs context the reader does not (an import, a class of the reader's own
 // application) gets it from a hidden prelude: an HTML comment, which Markdown does not
@@ -28,12 +28,19 @@ import ts from 'typescript';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 
-/** Where the library's entry points live in the source tree, as package.json exports them from dist/. */
-const ENTRY_POINTS = {
-  'nest-idempotency-pg': 'src/index.ts',
-  'nest-idempotency-pg/client': 'src/client/index.ts',
-  'nest-idempotency-pg/jetstream': 'src/rpc/jetstream/index.ts',
-};
+/**
+ * Where the library's entry points live in the source tree: each entry of package.json's
+ * `exports` with types, its `dist/**.d.ts` read back as the `src/**.ts` it is built from.
+ */
+const ENTRY_POINTS = (() => {
+  const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+  const entries = {};
+  for (const [subpath, target] of Object.entries(manifest.exports)) {
+    if (typeof target !== 'object' || typeof target.types !== 'string') continue;
+    entries[`${manifest.name}${subpath.slice(1)}`] = target.types.replace(/^\.\/dist\//, 'src/').replace(/\.d\.ts$/, '.ts');
+  }
+  return entries;
+})();
 
 const TS_FENCE = new Set(['ts', 'typescript']);
 

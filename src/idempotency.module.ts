@@ -3,7 +3,6 @@ import { DiscoveryModule } from '@nestjs/core';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { IdempotencyConfigurationError } from './errors/configuration.error.js';
-import { IdempotencyHealthIndicator } from './health/idempotency-health.indicator.js';
 import { messages } from './errors/messages.js';
 import {
   IDEMPOTENCY_CLAIM_DATA_SOURCE,
@@ -26,7 +25,6 @@ import {
   type ResolvedIdempotencyOptions,
 } from './idempotency.options.js';
 import { IdempotencyService } from './idempotency.service.js';
-import { openApiMarksProvider } from './openapi/openapi-marks.js';
 import { ClaimPoolLifecycle, openClaimPool } from './store/claim-pool.js';
 import { IdempotencyEvents } from './telemetry/events.js';
 import { createEngineObserver } from './telemetry/opentelemetry.js';
@@ -58,7 +56,6 @@ const EXPORTS = [
   // The interceptor is instantiated in each controller's module, so what it injects must be exported.
   IdempotentRoutes,
   IdempotencySweeper,
-  IdempotencyHealthIndicator,
   IdempotencyEvents,
   IDEMPOTENCY_OPTIONS,
 ];
@@ -127,9 +124,6 @@ export class IdempotencyModule extends ConfigurableModuleClass {
       EffectLedger,
       IdempotencySweeper,
       IdempotencySchemaCheck,
-      IdempotencyHealthIndicator,
-      // Marks idempotent routes for @nestjs/swagger when it is installed (see applyIdempotencyToOpenApi).
-      openApiMarksProvider,
     ];
     return {
       ...definition,

@@ -152,6 +152,10 @@ export const messages = {
     swaggerUnloadable: (reason: string) =>
       `@nestjs/swagger is installed but could not be loaded, so idempotent routes are not marked for OpenAPI: ${reason}. ` +
       'Check that its version matches your NestJS major version.',
+    marksModuleMissing:
+      'applyIdempotencyToOpenApi found no idempotent operation, and no IdempotencyOpenApiModule marked the routes of an app ' +
+      "in this process: add `imports: [IdempotencyOpenApiModule]` (from 'nest-idempotency-pg/openapi') beside " +
+      'IdempotencyModule.forRoot(...), then generate the document.',
   },
   /** `IdempotencyHealthIndicator`: what its result says; never a key, a tenant or a body. */
   health: {
