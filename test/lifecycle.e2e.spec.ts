@@ -126,6 +126,25 @@ describe.each(ADAPTERS)('the attempt lifecycle over %s', (adapter) => {
     expect((await keyRow(`k-${label}`)).status).toBe('completed');
   });
 
+  it.each([
+    ['separate', '/items'],
+    ['request-transaction', '/in-tx'],
+  ])('carries tenants and keys that SQL quoting must escape (claim mode %s), as literals never as SQL', async (_mode, path) => {
+    const label = fresh('quoted');
+    // Sent as literals in one message: quotes, backslashes and a statement terminator must stay data.
+    const tenant = `o'brien\\"; DROP TABLE effects; -- é`;
+    const key = `k'\\${label}";--`;
+    const first = await post(one.url, path, { label }, key, tenant);
+    const replay = await post(two.url, path, { label }, key, tenant);
+
+    expect(first.status).toBe(201);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.text()).toBe(first.text());
+    expect(await effects(label)).toBe(1);
+    const rows = (await db.query('SELECT tenant_id, key, status FROM idempotency_keys WHERE key = $1', [key])).rows;
+    expect(rows).toEqual([{ tenant_id: tenant, key, status: 'completed' }]);
+  });
+
   it('in request-transaction mode, a stored 4xx is final for a duplicate in another process waiting on the claim', async () => {
     const label = fresh('decline');
     one.probe.delays.set(label, [400]);

@@ -189,6 +189,8 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       return results[2].rows as ClaimRow[];
     } catch (error) {
       failure = error;
+      // The message stopped inside its transaction: end it before the connection serves anyone else.
+      if (!this.isUnavailableError(error)) await client.query('ROLLBACK').catch(() => undefined);
       throw error;
     } finally {
       release(failure !== undefined && this.isUnavailableError(failure) ? failure : undefined);
