@@ -16,6 +16,7 @@ export type VariantName =
   | 'bare'
   | 'module'
   | 'floor'
+  | 'floorFiveRoundTrips'
   | 'floorPrepared'
   | 'replay'
   | 'nodb'
@@ -33,11 +34,20 @@ export type VariantName =
 const VARIANTS: Record<VariantName, { path: string; keys: 'new' | 'replay'; body?: 'big'; what: string }> = {
   bare: { path: '/bare/charges', keys: 'new', what: 'handler opens its own TypeORM transaction, no module' },
   module: { path: '/idem/charges', keys: 'new', what: '@Idempotent(), a new key per request' },
-  floor: { path: '/floor/charges', keys: 'new', what: 'same protocol hand-written on pg (the store SQL)' },
+  floor: {
+    path: '/floor/charges',
+    keys: 'new',
+    what: "the module's protocol hand-written on pg (the store SQL, 3 round trips, the claim committed asynchronously)",
+  },
+  floorFiveRoundTrips: {
+    path: '/floor-5rt/charges',
+    keys: 'new',
+    what: 'the earlier protocol hand-written on pg: claim, BEGIN, INSERT, completion, COMMIT, one round trip each',
+  },
   floorPrepared: {
     path: '/floor-prepared/charges',
     keys: 'new',
-    what: 'the floor with claim and completion as named prepared statements (what re-planning costs)',
+    what: 'the 5-round-trip floor with claim and completion as named prepared statements (what re-planning costs)',
   },
   replay: { path: '/idem/charges', keys: 'replay', what: '@Idempotent(), completed keys replayed' },
   nodb: { path: '/nodb/charges', keys: 'new', what: 'no database work at all' },
