@@ -16,7 +16,7 @@
  *   POST /floor-sync-claim/charges  the same, with the claim's commit waiting for its WAL flush
  *   POST /floor-5rt/charges  the earlier protocol, one statement per round trip (claim, BEGIN, INSERT, complete, COMMIT)
  *   POST /floor-prepared/charges  that one with claim and completion as named prepared statements
- *   POST /nodb/charges   no database work at all
+ *   POST /nodb/charges   no database work at all (it waits `delayMs` when given, as the handler does)
  * The realistic routes run `createRealisticCharge` (a read, three inserts
  * and a call to the slow service, all inside the transaction):
  *   POST /bare/realistic   in a plain TypeORM transaction; no module
@@ -519,7 +519,9 @@ class ChargesController {
   }
 
   @Post('nodb/charges')
-  noDatabase(@Body() body: ChargeBody) {
+  async noDatabase(@Body() body: ChargeBody) {
+    // The storms' baseline sends the module's delay too, so both routes hold each request as long.
+    if (body.delayMs) await sleep(body.delayMs);
     return chargeView('0', new Date(), body);
   }
 }

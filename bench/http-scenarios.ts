@@ -114,6 +114,8 @@ export interface StormResult {
   timeouts: number;
   pool: PoolPeak;
   ok: boolean;
+  /** The same storm (connections, requests, delay) on the route with no database work: the queue the machine itself makes. */
+  noDatabase: { rps: number; latency: LatencySummary; statuses: Record<string, number>; errors: number };
 }
 
 export interface PathTiming {
@@ -483,11 +485,11 @@ async function storm(
   log: (line: string) => void,
 ): Promise<StormResult> {
   const duplicates = config.stormConnections;
-  const stormLoad = (customer: string, keys: number) => {
+  const stormLoad = (customer: string, keys: number, path = VARIANTS.module.path) => {
     let n = 0;
     return runLoad({
       url: app.url,
-      path: VARIANTS.module.path,
+      path,
       body: JSON.stringify({ ...CHARGE, customer, delayMs: delayMs || undefined }),
       connections: duplicates,
       amount: duplicates * keys,
@@ -495,6 +497,11 @@ async function storm(
       key: () => `${customer}-${Math.floor(n++ / duplicates)}`,
     });
   };
+  // The same storm on the route with no database work (which waits the same delay) first: 1000
+  // connections at once on 2 cores queue in the kernel and the event loop whatever the route does,
+  // so the module's part of the tail is its p99 against this one's.
+  await stormLoad(`warm-nodb-storm-${adapter}-${randomUUID()}`, 1, VARIANTS.nodb.path);
+  const noDatabaseRun = await stormLoad(`nodb-storm-${adapter}-${delayMs}-${randomUUID()}`, config.stormKeys, VARIANTS.nodb.path);
   await stormLoad(`warm-storm-${adapter}-${randomUUID()}`, 1);
   const customer = `storm-${adapter}-${delayMs}-${randomUUID()}`;
   await app.poolWatchStart();
@@ -514,7 +521,7 @@ async function storm(
     pool.total <= pool.max;
   log(
     `  ${adapter} storm delay ${delayMs} ms: ${describe(run)}; executed ${executed}, effects ${effects}, ` +
-      `pool peak ${pool.inUse}/${pool.max} in use, ${pool.waiting} waiting`,
+      `pool peak ${pool.inUse}/${pool.max} in use, ${pool.waiting} waiting; no-database route ${describe(noDatabaseRun).trim()}`,
   );
   const { samples: _samples, ...result } = run;
   return {
@@ -532,6 +539,12 @@ async function storm(
     timeouts: result.timeouts,
     pool,
     ok,
+    noDatabase: {
+      rps: noDatabaseRun.rps,
+      latency: noDatabaseRun.latency,
+      statuses: noDatabaseRun.statuses,
+      errors: noDatabaseRun.errors + noDatabaseRun.timeouts,
+    },
   };
 }
 
