@@ -13,6 +13,11 @@ export interface BenchConfig {
   poolSize: number;
   /** Concurrent HTTP connections of the steady-load measurements. */
   connections: number;
+  /**
+   * Scenario 12: new keys (bare, module, floor) at the connection count of the
+   * peer library's published benchmark, so its figures and ours can be set side by side.
+   */
+  peerConnections: number;
   /** Each variant is measured this many times, interleaved with the others, so drift hits all alike. */
   rounds: number;
   /** Load before each variant's first measured round; later rounds warm up for `rewarmSeconds`. */
@@ -57,6 +62,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): BenchConfig {
     schema: env.BENCH_SCHEMA ?? 'bench',
     poolSize: int(env, 'BENCH_POOL_SIZE', 10),
     connections: int(env, 'BENCH_CONNECTIONS', 16),
+    peerConnections: int(env, 'BENCH_PEER_CONNECTIONS', 50),
     rounds: int(env, 'BENCH_ROUNDS', pick(3, 1)),
     warmupSeconds: int(env, 'BENCH_WARMUP_S', pick(2, 1)),
     // The variant's route and code paths are warm by then; a short load settles the pool after the previous variant.

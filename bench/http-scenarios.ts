@@ -24,61 +24,84 @@ export type VariantName =
   | 'realisticBare'
   | 'realisticModule'
   | 'bigBodyBare'
-  | 'bigBodyModule';
+  | 'bigBodyModule'
+  | 'bareAtPeer'
+  | 'moduleAtPeer'
+  | 'floorAtPeer';
 
 /**
  * The steady-load variants; each request carries an Idempotency-Key so all
  * send the same bytes. `body: 'big'` sends scenario 11's ~1 MiB body instead
- * of the small charge.
+ * of the small charge (with `bigBodyConnections`); `connections: 'peer'` runs
+ * at `peerConnections` (scenario 12) rather than `connections`.
  */
-const VARIANTS: Record<VariantName, { path: string; keys: 'new' | 'replay'; body?: 'big'; what: string }> = {
-  bare: { path: '/bare/charges', keys: 'new', what: 'handler opens its own TypeORM transaction, no module' },
-  module: { path: '/idem/charges', keys: 'new', what: '@Idempotent(), a new key per request' },
-  floor: {
-    path: '/floor/charges',
-    keys: 'new',
-    what: "the module's protocol hand-written on pg (the store SQL, 3 round trips, the claim committed asynchronously)",
-  },
-  floorFiveRoundTrips: {
-    path: '/floor-5rt/charges',
-    keys: 'new',
-    what: 'the earlier protocol hand-written on pg: claim, BEGIN, INSERT, completion, COMMIT, one round trip each',
-  },
-  floorPrepared: {
-    path: '/floor-prepared/charges',
-    keys: 'new',
-    what: 'the 5-round-trip floor with claim and completion as named prepared statements (what re-planning costs)',
-  },
-  replay: { path: '/idem/charges', keys: 'replay', what: '@Idempotent(), completed keys replayed' },
-  nodb: { path: '/nodb/charges', keys: 'new', what: 'no database work at all' },
-  requestTransaction: {
-    path: '/idem-rt/charges',
-    keys: 'new',
-    what: "@Idempotent({ claimMode: 'request-transaction' }), a new key per request",
-  },
-  realisticBare: {
-    path: '/bare/realistic',
-    keys: 'new',
-    what: 'realistic handler (a read, three inserts, a 5 ms call to a local service) in its own TypeORM transaction',
-  },
-  realisticModule: {
-    path: '/idem/realistic',
-    keys: 'new',
-    what: 'the realistic handler under @Idempotent(), a new key per request',
-  },
-  bigBodyBare: {
-    path: '/bare/charges',
-    keys: 'new',
-    body: 'big',
-    what: 'the bare handler with a ~1 MiB JSON body, echoed in its response',
-  },
-  bigBodyModule: {
-    path: '/idem/charges',
-    keys: 'new',
-    body: 'big',
-    what: '@Idempotent() with the ~1 MiB body: fingerprinted, its ~1 MiB response captured and stored',
-  },
-};
+const VARIANTS: Record<VariantName, { path: string; keys: 'new' | 'replay'; body?: 'big'; connections?: 'peer'; what: string }> =
+  {
+    bare: { path: '/bare/charges', keys: 'new', what: 'handler opens its own TypeORM transaction, no module' },
+    module: { path: '/idem/charges', keys: 'new', what: '@Idempotent(), a new key per request' },
+    floor: {
+      path: '/floor/charges',
+      keys: 'new',
+      what: "the module's protocol hand-written on pg (the store SQL, 3 round trips, the claim committed asynchronously)",
+    },
+    floorFiveRoundTrips: {
+      path: '/floor-5rt/charges',
+      keys: 'new',
+      what: 'the earlier protocol hand-written on pg: claim, BEGIN, INSERT, completion, COMMIT, one round trip each',
+    },
+    floorPrepared: {
+      path: '/floor-prepared/charges',
+      keys: 'new',
+      what: 'the 5-round-trip floor with claim and completion as named prepared statements (what re-planning costs)',
+    },
+    replay: { path: '/idem/charges', keys: 'replay', what: '@Idempotent(), completed keys replayed' },
+    nodb: { path: '/nodb/charges', keys: 'new', what: 'no database work at all' },
+    requestTransaction: {
+      path: '/idem-rt/charges',
+      keys: 'new',
+      what: "@Idempotent({ claimMode: 'request-transaction' }), a new key per request",
+    },
+    realisticBare: {
+      path: '/bare/realistic',
+      keys: 'new',
+      what: 'realistic handler (a read, three inserts, a 5 ms call to a local service) in its own TypeORM transaction',
+    },
+    realisticModule: {
+      path: '/idem/realistic',
+      keys: 'new',
+      what: 'the realistic handler under @Idempotent(), a new key per request',
+    },
+    bigBodyBare: {
+      path: '/bare/charges',
+      keys: 'new',
+      body: 'big',
+      what: 'the bare handler with a ~1 MiB JSON body, echoed in its response',
+    },
+    bigBodyModule: {
+      path: '/idem/charges',
+      keys: 'new',
+      body: 'big',
+      what: '@Idempotent() with the ~1 MiB body: fingerprinted, its ~1 MiB response captured and stored',
+    },
+    bareAtPeer: {
+      path: '/bare/charges',
+      keys: 'new',
+      connections: 'peer',
+      what: "the bare handler at the peer benchmark's connection count",
+    },
+    moduleAtPeer: {
+      path: '/idem/charges',
+      keys: 'new',
+      connections: 'peer',
+      what: "@Idempotent(), a new key per request, at the peer benchmark's connection count",
+    },
+    floorAtPeer: {
+      path: '/floor/charges',
+      keys: 'new',
+      connections: 'peer',
+      what: "the 3-round-trip floor at the peer benchmark's connection count",
+    },
+  };
 
 export interface VariantResult {
   what: string;
@@ -176,7 +199,12 @@ export async function runHttpScenarios(
     await vacuumAnalyze(db);
     const bodies = { small: BODY, big: bigBody(config.bigBodyBytes) };
 
-    const connectionsOf = (name: VariantName) => (VARIANTS[name].body === 'big' ? config.bigBodyConnections : config.connections);
+    const connectionsOf = (name: VariantName) =>
+      VARIANTS[name].body === 'big'
+        ? config.bigBodyConnections
+        : VARIANTS[name].connections === 'peer'
+          ? config.peerConnections
+          : config.connections;
     const runs = new Map<VariantName, Array<{ run: LoadRun; cpu: CpuSpent }>>();
     const order = Object.keys(VARIANTS) as VariantName[];
     let replayIndex = 0;
