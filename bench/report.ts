@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url';
 import type { AdapterName } from './config.js';
 import type { PhaseActivity } from './database.js';
 import type { SweepScenarioResult, TableSizeResult } from './db-scenarios.js';
+import type { DurableResults } from './durable-scenario.js';
 import type { AdapterResults, VariantResult } from './http-scenarios.js';
 
 export interface TargetRow {
@@ -31,6 +32,12 @@ const cpuOverhead = (variant: VariantResult, baseline: VariantResult): number | 
   const b = baseline.cpuMicrosPerRequest;
   return a.postgres === null || b.postgres === null ? null : a.app + a.postgres - (b.app + b.postgres);
 };
+/** PostgreSQL CPU per request of one variant over another's; null when it is not known. */
+const postgresCpuRatio = (variant: VariantResult, baseline: VariantResult): number | null => {
+  const a = variant.cpuMicrosPerRequest.postgres;
+  const b = baseline.cpuMicrosPerRequest.postgres;
+  return a === null || b === null || b === 0 ? null : a / b;
+};
 const atLeast = (r: number, min: number): TargetRow['result'] => (r >= min ? 'PASS' : 'MISS');
 const atMost = (r: number, max: number): TargetRow['result'] => (r <= max ? 'PASS' : 'MISS');
 
@@ -43,6 +50,7 @@ export function targetRows(
   http: Partial<Record<AdapterName, AdapterResults>>,
   tableSize?: TableSizeResult,
   sweep?: SweepScenarioResult,
+  durable?: DurableResults,
 ): TargetRow[] {
   const rows: TargetRow[] = [];
   for (const results of Object.values(http)) {
@@ -335,8 +343,78 @@ export function targetRows(
       result: sweep.sweep.deleted === sweep.expiredRows ? 'PASS' : 'MISS',
     });
   }
+  if (durable) rows.push(...durableRows(durable));
   return rows;
 }
+
+/**
+ * Scenario 13, information only (the targets hold for the quick bench on the
+ * default server): what durable commits change, and what the claim's own
+ * commit costs where a commit waits for its flush.
+ */
+function durableRows({ database, adapters }: DurableResults): TargetRow[] {
+  const rows: TargetRow[] = [];
+  const durableCommits = database.fsync === 'on' && database.synchronousCommit !== 'off';
+  for (const { adapter, variants: v } of Object.values(adapters)) {
+    const add = (row: Omit<TargetRow, 'adapter' | 'scenario' | 'result'>) =>
+      rows.push({ ...row, scenario: '13', adapter, result: 'info' });
+    add({
+      measure: 'durable commits: the server',
+      value: durableCommits ? 'durable' : 'NOT DURABLE',
+      detail:
+        `PostgreSQL ${database.version}, fsync ${database.fsync}, synchronous_commit ${database.synchronousCommit}, ` +
+        `wal_sync_method ${database.walSyncMethod}`,
+      target: '-',
+    });
+    for (const [a, b, label, reference] of [
+      ['module', 'bare', 'new key: throughput, module / bare handler', 'scenario 1: >= 0.70x'],
+      ['module', 'floor', 'new key: throughput, module / hand-written floor', 'scenario 3: >= 0.97x'],
+      ['floor', 'bare', 'new key: throughput, hand-written floor / bare handler', '-'],
+      [
+        'requestTransaction',
+        'bare',
+        "new key, claimMode 'request-transaction': throughput / bare handler",
+        'scenario 8: >= 0.85x',
+      ],
+      [
+        'floorSyncClaim',
+        'floor',
+        "the claim's own commit: floor with it waiting for its flush / floor with it asynchronous (the module's)",
+        '-',
+      ],
+    ] as const) {
+      add({
+        measure: `durable commits: ${label}`,
+        value: x(ratio(v[a].rps, v[b].rps)),
+        detail:
+          `${rps(v[a].rps)} vs ${rps(v[b].rps)}; p99 ${ms(v[a].latency.p99)} vs ${ms(v[b].latency.p99)}; ` +
+          `WAL flushes per request ${flushes(v[a])} vs ${flushes(v[b])}; CPU per request ${cpu(v[a])} vs ${cpu(v[b])}`,
+        target: reference === '-' ? '-' : `- (${reference})`,
+      });
+    }
+    const pgRatio = postgresCpuRatio(v.module, v.bare);
+    add({
+      measure: 'durable commits: PostgreSQL CPU per new key, module / bare handler',
+      value: pgRatio === null ? '?' : x(pgRatio),
+      detail: `${cpu(v.module)} vs ${cpu(v.bare)}`,
+      target: '- (scenario 1: <= 2x)',
+    });
+    add({
+      measure:
+        'durable commits: WAL per request (flushes, bytes), bare / module / floor / floor, claim flushed / request-transaction',
+      value: (['bare', 'module', 'floor', 'floorSyncClaim', 'requestTransaction'] as const).map((n) => flushes(v[n])).join(' / '),
+      detail: `${(['bare', 'module', 'floor', 'floorSyncClaim', 'requestTransaction'] as const)
+        .map((n) => `${n} ${v[n].walPerRequest ? `${Math.round(v[n].walPerRequest.bytes).toLocaleString('en')} B` : '?'}`)
+        .join(', ')}; counted over the whole server, so another database's writes meanwhile count too`,
+      target: '-',
+    });
+  }
+  return rows;
+}
+
+/** WAL fsyncs per request; under group commit several commits share one, so below 1 is normal. */
+const flushes = (v: VariantResult) =>
+  v.walPerRequest?.flushes === null || v.walPerRequest === undefined ? '?' : v.walPerRequest.flushes.toFixed(2);
 
 export function markdownTable(rows: TargetRow[]): string {
   const header = ['#', 'measure', 'adapter', 'value', 'detail', 'target', 'result'];
