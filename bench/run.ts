@@ -1,8 +1,8 @@
 /**
  * `npm run bench`: what the idempotency insurance costs, measured side by
  * side in one run against real PostgreSQL over real HTTP, on Express and
- * Fastify. Prints one table of ratios against their targets (issue #11's
- * for the HTTP scenarios, issue #6's for table size and sweeping) and saves
+ * Fastify. Prints one table of ratios against their targets (the round-trip
+ * round's for the HTTP scenarios, issue #6's for table size and sweeping) and saves
  * the raw figures under bench/results/. It only measures: nothing here
  * fails on a number. `BENCH_QUICK=1` for a short development run; see
  * config.ts for every knob.
