@@ -293,8 +293,9 @@ class HandWrittenIdempotency {
       }
       const value = await work((sql, params) => this.query(client, sql, params));
       // `1 / false::int` aborts the transaction when the fence fails, so the COMMIT after it never
-      // runs: one message, no branch on the completion's answer. Not `CASE ... ELSE 1/0`, which
-      // PostgreSQL may fold at plan time, failing even when the fence holds.
+      // runs: one message, no branch on the completion's answer. Not `CASE ... ELSE 1/0 END`: PostgreSQL's
+      // docs warn that a constant 1/0 may be evaluated at plan time, even in an arm never taken
+      // (15 did not here, but nothing promises it); `completed` is only known when the row is written.
       const fenced = `SELECT 1 / completed::int AS completed FROM (${inline(client, this.completeSql, completeParams(value))}) AS fence`;
       await this.message(client, `${fenced}; COMMIT`);
       settled = true;
