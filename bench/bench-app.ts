@@ -46,7 +46,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
 import type { DataSource, EntityManager, Logger as TypeOrmLogger } from 'typeorm';
 import { DEFAULT_LEASE_MS, DEFAULT_TTL_MS } from '../src/idempotency.constants.js';
-import { keyStoreStatements } from '../src/store/key-store.sql.js';
+import { FENCE_LOST_SQLSTATE, keyStoreStatements } from '../src/store/key-store.sql.js';
 import { quoteTableName } from '../src/store/identifiers.js';
 import { Idempotent, IdempotencyModule, TxManager } from '../src/index.js';
 import { CHARGES_TABLE, CUSTOMERS_TABLE, EVENTS_TABLE, KEY_TABLE, LEDGER_TABLE } from './database.js';
@@ -225,9 +225,6 @@ type ClaimRow = { state: string; response_status: number | null; response_body: 
  */
 type FloorProtocol = { roundTrips: 3; asyncClaimCommit: boolean } | { roundTrips: 5; prepared: boolean };
 
-/** pg's error for the floor's fence (`1 / completed::int` with `completed` false). */
-const DIVISION_BY_ZERO = '22012';
-
 type Outcome = { replayed: boolean; status: number; value: object };
 
 /**
@@ -240,6 +237,7 @@ type Outcome = { replayed: boolean; status: number; value: object };
 class HandWrittenIdempotency {
   private readonly claimSql: string;
   private readonly completeSql: string;
+  private readonly completeOrRaiseSql: string;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -248,10 +246,7 @@ class HandWrittenIdempotency {
     const statements = keyStoreStatements(quoteTableName(KEY_TABLE));
     this.claimSql = expectParameters(statements.claim, 7, 'claim');
     this.completeSql = expectParameters(statements.complete, 7, 'complete');
-    // The three-round-trip fence reads this column; a renamed one would fail every request with a 500.
-    if (!/\bAS completed\s*$/.test(this.completeSql)) {
-      throw new Error('keyStoreStatements().complete no longer answers a `completed` column; update the bench floor.');
-    }
+    this.completeOrRaiseSql = expectParameters(statements.completeOrRaise, 7, 'completeOrRaise');
   }
 
   run(key: string, fingerprint: string, work: (query: Query) => Promise<object>, protocol: FloorProtocol): Promise<Outcome> {
@@ -292,18 +287,14 @@ class HandWrittenIdempotency {
         return answerWithoutWork(row);
       }
       const value = await work((sql, params) => this.query(client, sql, params));
-      // `1 / false::int` aborts the transaction when the fence fails, so the COMMIT after it never
-      // runs: one message, no branch on the completion's answer. Not `CASE ... ELSE 1/0 END`: PostgreSQL's
-      // docs warn that a constant 1/0 may be evaluated at plan time, even in an arm never taken
-      // (15 did not here, but nothing promises it); `completed` is only known when the row is written.
-      const fenced = `SELECT 1 / completed::int AS completed FROM (${inline(client, this.completeSql, completeParams(value))}) AS fence`;
-      await this.message(client, `${fenced}; COMMIT`);
+      // The completion raises when its fence fails, so the COMMIT after it in the message never runs.
+      await this.message(client, `${inline(client, this.completeOrRaiseSql, completeParams(value))}; COMMIT`);
       settled = true;
       return { replayed: false, status: 201, value };
     } catch (error) {
       // Whatever failed (the claim, the handler, the fence), an open or aborted transaction is rolled back.
       if (!settled) await client.query('ROLLBACK').catch((rollbackError: Error) => (broken = rollbackError));
-      if ((error as { code?: string }).code === DIVISION_BY_ZERO) throw new ConflictException('Lease lost');
+      if ((error as { code?: string }).code === FENCE_LOST_SQLSTATE) throw new ConflictException('Lease lost');
       throw error;
     } finally {
       // A client whose ROLLBACK failed is in an unknown state: pg discards it rather than pooling it.
