@@ -1,4 +1,4 @@
-import { HttpException, type ExecutionContext, type Logger } from '@nestjs/common';
+import { HttpException, Logger, type ExecutionContext } from '@nestjs/common';
 import {
   CommitRefusedError,
   FingerprintMismatchError,
@@ -86,8 +86,22 @@ export function routeScope(
   onFailure: WorkScope['onFailure'],
 ): WorkScope {
   const { leaseMs, ttlMs, waitMs, heartbeat, claimMode } = route.options;
-  return { ...identity, leaseMs, ttlMs, waitMs, heartbeat, claimMode, label: route.name, onFailure };
+  const maxHoldMs = route.options.maxHoldMs ?? leaseMs * 10;
+  return {
+    ...identity,
+    leaseMs,
+    ttlMs,
+    waitMs,
+    heartbeat,
+    claimMode,
+    maxHoldMs,
+    label: route.name,
+    onFailure,
+    onHoldExceeded: () => holdLogger.warn(messages.log.holdExceeded(route.name, maxHoldMs)),
+  };
 }
+
+const holdLogger = new Logger('Idempotency');
 
 /** How an entry point reads a failure of the handler's body, for the route's failure policies. */
 export type FailureReading =

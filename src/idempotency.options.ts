@@ -156,6 +156,13 @@ export interface IdempotencyRouteOptions {
    */
   claimMode?: ClaimMode;
   /**
+   * The longest the heartbeat keeps one attempt's key: past it the lease is
+   * no longer renewed, runs out, and a retry takes the key over, fencing the
+   * hung attempt like a dead one (its writes are rolled back when it
+   * completes). At least the lease. Default ten leases.
+   */
+  maxHold?: Duration;
+  /**
    * Message handlers only: deliveries of a message whose handler keeps failing
    * (counted by its key's attempts, and by the broker where it counts them)
    * before the message is dead-lettered instead of redelivered. Default 5.
@@ -221,6 +228,8 @@ export interface ResolvedRouteOptions {
   phases: boolean;
   key?: string | KeyExtractor;
   maxDeliveries: number;
+  /** Undefined: ten of the route's leases. */
+  maxHoldMs?: number;
 }
 
 export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
@@ -386,7 +395,12 @@ export function resolveRouteOptions(
     options.maxDeliveries ?? defaults?.maxDeliveries ?? DEFAULT_MAX_DELIVERIES,
     `${where}: maxDeliveries`,
   );
+  const maxHoldMs = options.maxHold === undefined ? defaults?.maxHoldMs : toMs(options.maxHold, `${where}: maxHold`);
+  if (maxHoldMs !== undefined && maxHoldMs < leaseMs) {
+    throw new IdempotencyConfigurationError(messages.config.maxHold(where, maxHoldMs, leaseMs));
+  }
   return {
+    maxHoldMs,
     required,
     ttlMs,
     leaseMs,

@@ -1,9 +1,21 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import type { LoggerService } from '@nestjs/common';
 import type pg from 'pg';
 import { ProblemType } from '../src/index.js';
 import { createTables, freshSchema, sqlClient } from './support/database.js';
 import { post, sleep } from './support/http.js';
 import { ADAPTERS, startTestApp, type TestApp } from './support/test-app.js';
+
+class CapturingLogger implements LoggerService {
+  readonly warnings: string[] = [];
+  log() {}
+  error() {}
+  warn(message: unknown) {
+    this.warnings.push(String(message));
+  }
+  debug() {}
+  verbose() {}
+}
 
 /**
  * The attempt lifecycle's order, seen from outside: nobody (the original, a
@@ -20,6 +32,7 @@ describe.each(ADAPTERS)('the attempt lifecycle over %s', (adapter) => {
   let one: TestApp;
   let two: TestApp;
   let db: pg.Client;
+  const logs = new CapturingLogger();
   let n = 0;
   const fresh = (kind: string) => `${kind}-${adapter}-${Date.now()}-${++n}`;
   const effects = async (label: string) =>
@@ -46,8 +59,8 @@ describe.each(ADAPTERS)('the attempt lifecycle over %s', (adapter) => {
       END $$`);
     await db.query(`CREATE CONSTRAINT TRIGGER judge_effect AFTER INSERT ON effects
       DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION judge_effect()`);
-    one = await startTestApp(adapter, schema);
-    two = await startTestApp(adapter, schema);
+    one = await startTestApp(adapter, schema, {}, { nestLogger: logs });
+    two = await startTestApp(adapter, schema, {}, { nestLogger: logs });
   });
   afterAll(async () => {
     await one?.close();
@@ -143,6 +156,32 @@ describe.each(ADAPTERS)('the attempt lifecycle over %s', (adapter) => {
     expect(await effects(label)).toBe(1);
     const rows = (await db.query('SELECT tenant_id, key, status FROM idempotency_keys WHERE key = $1', [key])).rows;
     expect(rows).toEqual([{ tenant_id: tenant, key, status: 'completed' }]);
+  });
+
+  it('stops renewing a hung attempt at maxHold: a retry then takes the key over, and the hung attempt is fenced', async () => {
+    const label = fresh('hung');
+    // The first attempt hangs for 3 s; the lease (300 ms) is renewed only up to maxHold (900 ms).
+    one.probe.delays.set(label, [3_000, 0]);
+    const hung = post(one.url, '/hung', { label }, `k-${label}`);
+    await started(one, label);
+    await sleep(500);
+    // Past one lease, but the heartbeat still holds it.
+    const early = await post(two.url, '/hung', { label }, `k-${label}`);
+    expect(early.status).toBe(409);
+    let takeover = early;
+    for (let i = 0; i < 60 && takeover.status === 409; i++) {
+      await sleep(100);
+      takeover = await post(two.url, '/hung', { label }, `k-${label}`);
+    }
+    expect(takeover.status).toBe(201);
+    expect(takeover.json()).toMatchObject({ attempt: 1 });
+    expect(two.probe.count(label)).toBe(1);
+    const original = await hung;
+    expect(original.status).toBe(409);
+    expect(original.json().type).toBe(ProblemType.leaseLost);
+    expect(await effects(label)).toBe(1);
+    expect(logs.warnings.filter((line) => line.includes('maxHold'))).toHaveLength(1);
+    expect(logs.warnings.join('\n')).not.toContain(`k-${label}`);
   });
 
   it('in request-transaction mode, a stored 4xx is final for a duplicate in another process waiting on the claim', async () => {

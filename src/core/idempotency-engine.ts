@@ -57,6 +57,14 @@ export interface WorkScope {
   /** Renew the lease while the work runs, so a slow but live attempt is never taken over. */
   heartbeat?: boolean;
   /**
+   * The longest the heartbeat keeps the key, from the claim: then it stops,
+   * the lease runs out and the attempt can be taken over (and fenced) like
+   * a dead one. Default ten leases.
+   */
+  maxHoldMs?: number;
+  /** Told once when the heartbeat stops at `maxHoldMs`. */
+  onHoldExceeded?: () => void;
+  /**
    * `'separate'` (default): the claim commits on its own before the work's
    * transaction. `'request-transaction'`: the claim is the first statement of
    * the work's transaction; a duplicate waits on its row lock (at most
@@ -456,7 +464,7 @@ export class IdempotencyEngine<Tx> {
     this.local.set(id, running);
     // In request-transaction mode nobody else can see, let alone take over, an uncommitted claim.
     const beating = work.heartbeat && claimed.mode === 'separate';
-    const stopHeartbeat = beating ? this.heartbeat(claimed.held, work.leaseMs) : undefined;
+    const stopHeartbeat = beating ? this.heartbeat(claimed.held, work) : undefined;
     let response: StoredResponse | undefined;
     try {
       const outcome = await run();
@@ -470,15 +478,24 @@ export class IdempotencyEngine<Tx> {
   }
 
   /**
-   * Renews the lease every third of it while the work runs. A renewal that
-   * finds the key no longer this attempt's stops the beat; one that cannot
-   * reach the store is tried again at the next beat: the lease decides.
+   * Renews the lease every third of it while the work runs, for at most
+   * `maxHoldMs` from the claim: a handler that hangs must not hold its key,
+   * its transaction and a connection for ever. A renewal that finds the key
+   * no longer this attempt's stops the beat; one that cannot reach the store
+   * is tried again at the next beat: the lease decides.
    */
-  private heartbeat(held: Held, leaseMs: number): () => void {
+  private heartbeat(held: Held, work: WorkScope): () => void {
     if (!this.store.renewLease) return () => undefined;
+    const { leaseMs } = work;
+    const holdEndsAt = held.leaseEndsAt - leaseMs + (work.maxHoldMs ?? leaseMs * 10);
     const timer = setInterval(
       () => {
         const sentAt = Date.now();
+        if (sentAt + leaseMs > holdEndsAt) {
+          clearInterval(timer);
+          work.onHoldExceeded?.();
+          return;
+        }
         this.store.renewLease!(held.ref, leaseMs).then(
           (ours) => {
             if (ours) held.leaseEndsAt = sentAt + leaseMs;

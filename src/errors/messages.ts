@@ -52,6 +52,9 @@ export const messages = {
     routes: (problems: string[]) =>
       `IdempotencyModule: ${problems.length === 1 ? 'a route is' : `${problems.length} routes are`} misconfigured:\n` +
       problems.map((p) => `  - ${p}`).join('\n'),
+    maxHold: (where: string, maxHoldMs: number, leaseMs: number) =>
+      `${where}: maxHold (${maxHoldMs} ms) is shorter than the lease (${leaseMs} ms). The heartbeat renews a lease up to ` +
+      'maxHold in all, so it must be at least one lease: raise maxHold, or leave it out for ten leases.',
     unreplayableRoute: (route: string, why: string) =>
       `@Idempotent() route ${route} cannot be replayed: ${why}. Return a value (object, string or Buffer) instead, ` +
       'or use @Res({ passthrough: true }).',
@@ -112,6 +115,9 @@ export const messages = {
     unavailable: (route: string) => `The idempotency store could not be reached for ${route}; answered 503.`,
     storeFailed: (route: string) =>
       `The idempotency store failed for ${route} after the handler succeeded; the request was rolled back and answered 500.`,
+    holdExceeded: (route: string, maxHoldMs: number) =>
+      `An attempt of ${route} has held its key for maxHold (${maxHoldMs} ms); its lease is no longer renewed, so a retry ` +
+      'can take the key over once the lease runs out, and this attempt will be rolled back if it ever completes.',
     commitRefused: (route: string, code: string) =>
       `The database refused to commit ${route} after the handler returned (SQLSTATE ${code}); none of its writes took ` +
       'effect, and the request was answered 500 and classified by the route onError policy.',

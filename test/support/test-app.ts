@@ -119,6 +119,16 @@ function controllers(probe: Probe) {
       return { label: body.label, attempt: probe.count(body.label) };
     }
 
+    @Post('hung')
+    // A handler that hangs: the heartbeat keeps its key for maxHold, then lets it go.
+    @Idempotent({ lease: 300, maxHold: 900, ttl: '1h' })
+    async hung(@Body() body: { label: string }) {
+      probe.record(body.label);
+      await this.ledger.write('hung', body.label);
+      await sleep(probe.nextDelay(body.label));
+      return { label: body.label, attempt: probe.count(body.label) };
+    }
+
     @Post('refused-stored')
     @Idempotent({ onError: 'store' })
     async refusedStored(@Body() body: { label: string }, @TxManager() manager: EntityManager) {
