@@ -256,6 +256,8 @@ export const messages = {
     mismatch: 'its idempotency key was already used by a different message (another pattern or payload)',
     rejected: 'a pipe rejected its payload before the handler ran; it would be rejected again',
     failed: (attempts: number) => `its handler failed on ${attempts} deliveries (maxDeliveries)`,
+    poisoned: (attempts: number) =>
+      `it was already attempted ${attempts} times (maxDeliveries) without a verdict or with failures, so its handler was not run again`,
     failedWithoutKey: 'its handler failed, and without a key nothing counts its attempts (required: false)',
     unexpected: (route: string) => `Processing a message for ${route} failed unexpectedly; the message is dead-lettered.`,
     handlerFailed: (route: string, attempt: number, max: number, delaySeconds: number) =>

@@ -36,6 +36,13 @@ const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
 /** After a lost lease another delivery holds the key: look again shortly, when it has settled or holds a lease to wait for. */
 const LEASE_LOST_RETRY_MS = 1_000;
 
+/** A delivery whose message was already attempted `maxDeliveries` times: dead-lettered before the handler runs again. */
+class PoisonMessageError extends Error {
+  constructor(readonly attempts: number) {
+    super(`The message was already attempted ${attempts} times.`);
+  }
+}
+
 /** Deliveries already handled (class- and method-level `@Idempotent()` both apply the interceptor). */
 const handledDeliveries = new WeakSet<object>();
 
@@ -150,14 +157,24 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
             fingerprintValue({ pattern: delivery.pattern ?? route.name, data: context.switchToRpc().getData<unknown>() ?? null }),
           run: async (claim) => {
             attempt = claim.attempt;
+            // Attempts that never reached a verdict (the process crashed, was killed or ran out of memory) count too:
+            // the key row counts them; a claim that rolls back with its work (request-transaction) keeps no count, so
+            // there the broker's (which also counts requeues of a duplicate that found the key in flight) decides.
+            const brokerCount = route.options.claimMode === 'request-transaction' ? (delivery.deliveryCount ?? 1) : 1;
+            const attempted = Math.max(claim.attempt, brokerCount) - 1;
+            if (attempted >= route.options.maxDeliveries) throw new PoisonMessageError(attempted);
             startedAt = Date.now();
             const value = await lastValueFrom(next.handle().pipe(defaultIfEmpty(undefined)));
             return { response: encodeOutcome({ value: value ?? null }, 200), result: value };
           },
-          readFailure: async (error) => ({
-            definite: await this.isDefinite(error),
-            response: async () => encodeOutcome({ error: await this.rpcPayload(error) }, 400),
-          }),
+          // A poison message is dead-lettered; its key goes, so a redrive after a fix starts with a fresh count.
+          readFailure: async (error) =>
+            error instanceof PoisonMessageError
+              ? { action: 'release' }
+              : {
+                  definite: await this.isDefinite(error),
+                  response: async () => encodeOutcome({ error: await this.rpcPayload(error) }, 400),
+                },
           decided: (decided) => (policy = decided),
         });
       } catch (error) {
@@ -180,6 +197,7 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
         return requeue(delayMs, messages.consumer.unavailable, ProblemType.unavailable);
       }
       if (error instanceof FingerprintMismatchError) return deadLetter(messages.consumer.mismatch);
+      if (error instanceof PoisonMessageError) return deadLetter(messages.consumer.poisoned(error.attempts));
       if (policy === 'rejected') return deadLetter(messages.consumer.rejected, error);
       return this.afterHandlerFailure(route, delivery, reply, error, policy, attempt, startedAt, deadLetter);
     }
