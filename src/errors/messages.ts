@@ -263,6 +263,15 @@ export const messages = {
       `Could not ${action} a message for ${route}: ${reason}. The broker redelivers it when its channel or ack timer ` +
       'ends. With RabbitMQ, consume with `noAck: false`: the module acknowledges each message itself, after its commit.',
   },
+  /** `JetStreamServer` (nest-idempotency-pg/jetstream); no message names a key or a payload. */
+  jetstream: {
+    maxMessages: (value: unknown) =>
+      `JetStreamServer: \`maxMessages\` must be a whole number of at least 1 (the handlers run at once), got ${
+        JSON.stringify(value) ?? String(value)
+      }. Keep it at or below the data source's pool size: each running handler holds a connection for its transaction.`,
+    pullFailed: (stream: string, consumer: string, reason: string, retryMs: number) =>
+      `JetStreamServer: pulling messages from ${stream}/${consumer} failed (${reason}); trying again in ${retryMs} ms.`,
+  },
   /** Idempotent GraphQL mutations (`@Idempotent()` on a resolver). */
   graphql: {
     noRequest:
