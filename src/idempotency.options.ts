@@ -79,7 +79,11 @@ export interface OutboxRelayOptions {
   batchSize?: number;
   /** Deliveries of one batch run at the same time. Default 10. */
   concurrency?: number;
-  /** Failed deliveries before a message is dead-lettered. Default 10. */
+  /**
+   * Delivery attempts before a message is dead-lettered, each counted when
+   * the message is claimed for delivery, so an attempt that ends in a crash
+   * or an expired lock counts like a failure. Default 10.
+   */
   maxAttempts?: number;
   /** Wait before the first retry; doubles per attempt (with jitter). Default 1 s. */
   initialBackoff?: Duration;

@@ -131,6 +131,12 @@ export const messages = {
     unsettled: (id: string, topic: string, reason: string) =>
       `Outbox message ${id} (${topic}) was delivered, but marking it delivered failed: ${reason}. It does not count as a ` +
       'failed attempt: this relay marks it on a later round, or, if its lock expires first, another relay delivers it again.',
+    attemptsExhausted: (attempts: number, maxAttempts: number) =>
+      `Its delivery was attempted ${attempts} times (maxAttempts ${maxAttempts}), so it is not delivered again: the last ` +
+      'attempt ended without a result (its relay stopped, or its lock expired mid-delivery), or maxAttempts was lowered since.',
+    exhaustedUnrecorded: (id: string, topic: string, reason: string) =>
+      `Outbox message ${id} (${topic}) has no attempt left, but dead-lettering it failed: ${reason}. It is not delivered; ` +
+      'the relay that claims it after its lock expires dead-letters it.',
     failureUnrecorded: (id: string, topic: string, reason: string) =>
       `Outbox message ${id} (${topic}) failed, and recording the failure failed too: ${reason}. It is retried once its lock expires.`,
     roundFailed: (reason: string) => `Relay round failed: ${reason}`,

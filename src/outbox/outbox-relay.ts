@@ -50,12 +50,15 @@ const reasonOf = (error: unknown) => (error instanceof Error ? error.message : S
  * `FOR UPDATE SKIP LOCKED` (several relays in parallel never claim the same
  * one), calls the handler registered for the topic, and marks the message
  * delivered, or schedules a retry with exponential backoff and jitter, or
- * dead-letters it after `maxAttempts`. A delivery that runs past
- * `deliveryTimeout` counts as failed, so one hung handler delays neither the
- * rest of its round, nor later rounds, nor shutdown. A handler may see a
- * message more than once (a relay that dies after delivering, a lock that
- * times out, a timed-out handler that did finish), so handlers must tolerate
- * duplicates, e.g. by passing `message.id` on as an idempotency key.
+ * dead-letters it after `maxAttempts`. An attempt counts when its message is
+ * claimed, whatever ends it: a message whose relay died mid-delivery
+ * `maxAttempts` times is dead-lettered before it is delivered again. A
+ * delivery that runs past `deliveryTimeout` counts as failed, so one hung
+ * handler delays neither the rest of its round, nor later rounds, nor
+ * shutdown. A handler may see a message more than once (a relay that dies
+ * after delivering, a lock that times out, a timed-out handler that did
+ * finish), so handlers must tolerate duplicates, e.g. by passing
+ * `message.id` on as an idempotency key.
  */
 @Injectable()
 export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdown {
@@ -120,9 +123,11 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
     const o = this.options.outbox;
     const report = emptyReport();
     await this.settleEarlierDeliveries(report);
-    const { lockToken, messages: batch } = await this.outbox.store.claim(o.batchSize, o.lockMs, randomUUID());
-    report.claimed = batch.length;
-    const queue = [...batch];
+    const claim = await this.outbox.store.claim(o.batchSize, o.lockMs, randomUUID(), o.maxAttempts);
+    const { lockToken, exhausted } = claim;
+    report.claimed = claim.messages.length + exhausted.length;
+    for (const message of exhausted) await this.settleExhausted(message, lockToken, report);
+    const queue = [...claim.messages];
     const worker = async () => {
       for (let message = queue.shift(); message; message = queue.shift()) await this.deliver(message, lockToken, report);
     };
@@ -155,6 +160,33 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
       const failure = await this.attempt(message);
       if (failure) return this.recordFailure(message, lockToken, failure, report);
     }
+    return this.markDelivered(message, lockToken, report);
+  }
+
+  /**
+   * Never throws. A message whose attempts are spent is dead-lettered without
+   * being delivered again, unless this relay delivered it and only its
+   * "delivered" mark is left.
+   */
+  private async settleExhausted(message: OutboxMessage, lockToken: string, report: RelayReport): Promise<void> {
+    if (this.unsettled.delete(message.id)) return this.markDelivered(message, lockToken, report);
+    const reason = messages.outbox.attemptsExhausted(message.attempt, this.options.outbox.maxAttempts);
+    let settled: boolean;
+    try {
+      settled = await this.outbox.store.markExhausted(message.id, lockToken, reason);
+    } catch (error) {
+      this.logger.warn(messages.outbox.exhaustedUnrecorded(message.id, message.topic, reasonOf(error)));
+      return;
+    }
+    if (!settled) {
+      report.lostLocks++;
+      return;
+    }
+    report.deadLettered++;
+    this.logger.warn(messages.outbox.deadLettered(message.id, message.topic, message.attempt, reason));
+  }
+
+  private async markDelivered(message: OutboxMessage, lockToken: string, report: RelayReport): Promise<void> {
     let settled: boolean;
     try {
       settled = await this.outbox.store.markDelivered(message.id, lockToken);
