@@ -89,7 +89,12 @@ export interface OutboxRelayOptions {
   initialBackoff?: Duration;
   /** Longest wait between retries. Default 5 min. */
   maxBackoff?: Duration;
-  /** How long a claimed message is reserved for its relay before another may retry it. Default 60 s. */
+  /**
+   * How long a claimed message is reserved for its relay before another may
+   * take it over. A round may last longer: before each delivery the relay
+   * renews the lock of its round's unsettled messages when less than
+   * `deliveryTimeout` plus half the remaining margin is left. Default 60 s.
+   */
   lockTimeout?: Duration;
   /**
    * How long a handler may take before its delivery counts as a failed attempt

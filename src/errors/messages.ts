@@ -137,6 +137,10 @@ export const messages = {
     exhaustedUnrecorded: (id: string, topic: string, reason: string) =>
       `Outbox message ${id} (${topic}) has no attempt left, but dead-lettering it failed: ${reason}. It is not delivered; ` +
       'the relay that claims it after its lock expires dead-letters it.',
+    lockNotRenewed: (id: string, topic: string, reason: string) =>
+      `Outbox message ${id} (${topic}) was not delivered: its lock could not be renewed for the delivery (${reason}). It is ` +
+      'tried again once its lock expires; this counted as one of its attempts.',
+    renewalTooSlow: 'the renewal took longer than lockTimeout minus deliveryTimeout',
     failureUnrecorded: (id: string, topic: string, reason: string) =>
       `Outbox message ${id} (${topic}) failed, and recording the failure failed too: ${reason}. It is retried once its lock expires.`,
     roundFailed: (reason: string) => `Relay round failed: ${reason}`,

@@ -8,6 +8,7 @@ import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { scheduleInterval } from '../sweeper/scheduler-registry.js';
 import { Outbox } from './outbox.js';
 import type { OutboxMessage } from './outbox.store.js';
+import { RoundLock, type LockState } from './round-lock.js';
 
 /**
  * Delivers one message. The signal is aborted when the delivery runs past
@@ -23,12 +24,14 @@ export interface RelayReport {
   delivered: number;
   retried: number;
   deadLettered: number;
-  /** Settlements refused because the message's lock had expired and another relay took it. */
+  /** Messages another relay took after this one's lock had expired: found before their delivery, or at their settlement. */
   lostLocks: number;
   /** Deliveries that did not settle within `deliveryTimeout` (also counted as retried or dead-lettered). */
   timedOut: number;
   /** Deliveries that succeeded but could not be marked delivered (a database error); marked on a later round. */
   unsettled: number;
+  /** Messages not delivered because their lock could not be renewed in time (a database error); tried again after it expires. */
+  skipped: number;
 }
 
 type DeliveryFailure = { reason: string; timedOut: boolean };
@@ -41,6 +44,7 @@ const emptyReport = (): RelayReport => ({
   lostLocks: 0,
   timedOut: 0,
   unsettled: 0,
+  skipped: 0,
 });
 
 const reasonOf = (error: unknown) => (error instanceof Error ? error.message : String(error));
@@ -123,13 +127,19 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
     const o = this.options.outbox;
     const report = emptyReport();
     await this.settleEarlierDeliveries(report);
+    const lockedAt = RoundLock.now();
     const claim = await this.outbox.store.claim(o.batchSize, o.lockMs, randomUUID(), o.maxAttempts);
     const { lockToken, exhausted } = claim;
     report.claimed = claim.messages.length + exhausted.length;
     for (const message of exhausted) await this.settleExhausted(message, lockToken, report);
     const queue = [...claim.messages];
+    const ids = queue.map((m) => m.id);
+    const lock = new RoundLock(this.outbox.store, lockToken, o.lockMs, o.deliveryTimeoutMs, ids, lockedAt);
     const worker = async () => {
-      for (let message = queue.shift(); message; message = queue.shift()) await this.deliver(message, lockToken, report);
+      for (let message = queue.shift(); message; message = queue.shift()) {
+        await this.deliver(message, lock, lockToken, report);
+        lock.release(message.id);
+      }
     };
     await Promise.all(Array.from({ length: Math.min(o.concurrency, queue.length) }, worker));
     if (report.claimed > 0) this.logger.log(messages.outbox.relayed(report));
@@ -154,13 +164,33 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
   }
 
   /** Never throws: every outcome is recorded on the message or in the report, so one failure cannot end a round early. */
-  private async deliver(message: OutboxMessage, lockToken: string, report: RelayReport): Promise<void> {
+  private async deliver(message: OutboxMessage, lock: RoundLock, lockToken: string, report: RelayReport): Promise<void> {
     // Claimed again after its "delivered" mark failed: the handler already succeeded, so only the mark is left.
     if (!this.unsettled.delete(message.id)) {
+      // Never delivered unless this relay's lock holds until the delivery ends: no two relays send it at once.
+      if (!(await this.holdLock(message, lock, report))) return;
       const failure = await this.attempt(message);
       if (failure) return this.recordFailure(message, lockToken, failure, report);
     }
     return this.markDelivered(message, lockToken, report);
+  }
+
+  private async holdLock(message: OutboxMessage, lock: RoundLock, report: RelayReport): Promise<boolean> {
+    let state: LockState;
+    try {
+      state = await lock.hold(message.id);
+    } catch (error) {
+      report.skipped++;
+      this.logger.warn(messages.outbox.lockNotRenewed(message.id, message.topic, reasonOf(error)));
+      return false;
+    }
+    if (state === 'held') return true;
+    if (state === 'lost') report.lostLocks++;
+    else {
+      report.skipped++;
+      this.logger.warn(messages.outbox.lockNotRenewed(message.id, message.topic, messages.outbox.renewalTooSlow));
+    }
+    return false;
   }
 
   /**

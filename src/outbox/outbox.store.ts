@@ -111,6 +111,23 @@ export class OutboxStore {
     };
   }
 
+  /**
+   * Extends the lock of claimed messages to `lockMs` from now, for those this
+   * relay still holds (same token) and has not settled (a settled message has
+   * no lock); returns their ids. A message whose lock lapsed is renewed if no
+   * other relay claimed it since: no one else can be delivering it.
+   */
+  async renewLocks(ids: readonly string[], lockToken: string, lockMs: number): Promise<string[]> {
+    const { records } = await this.run(
+      `${sqlMarker('outbox-renew')}
+       UPDATE ${this.table} SET locked_until = now() + interval '1 millisecond' * $3::float8
+        WHERE id = ANY($1::bigint[]) AND lock_token = $2 AND status = 'pending' AND locked_until IS NOT NULL
+        RETURNING id`,
+      [ids, lockToken, lockMs],
+    );
+    return (records as Array<{ id: string }>).map((r) => String(r.id));
+  }
+
   /** Marks a claimed message delivered; false if this relay's lock was lost meanwhile. */
   async markDelivered(id: string, lockToken: string): Promise<boolean> {
     return this.settle(
