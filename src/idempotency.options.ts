@@ -79,13 +79,22 @@ export interface OutboxRelayOptions {
   batchSize?: number;
   /** Deliveries of one batch run at the same time. Default 10. */
   concurrency?: number;
-  /** Failed deliveries before a message is dead-lettered. Default 10. */
+  /**
+   * Delivery attempts before a message is dead-lettered, each counted when
+   * the message is claimed for delivery, so an attempt that ends in a crash
+   * or an expired lock counts like a failure. Default 10.
+   */
   maxAttempts?: number;
   /** Wait before the first retry; doubles per attempt (with jitter). Default 1 s. */
   initialBackoff?: Duration;
   /** Longest wait between retries. Default 5 min. */
   maxBackoff?: Duration;
-  /** How long a claimed message is reserved for its relay before another may retry it. Default 60 s. */
+  /**
+   * How long a claimed message is reserved for its relay before another may
+   * take it over. A round may last longer: before each delivery the relay
+   * renews the lock of its round's unsettled messages when less than
+   * `deliveryTimeout` plus half the remaining margin is left. Default 60 s.
+   */
   lockTimeout?: Duration;
   /**
    * How long a handler may take before its delivery counts as a failed attempt

@@ -137,6 +137,16 @@ export const messages = {
     unsettled: (id: string, topic: string, reason: string) =>
       `Outbox message ${id} (${topic}) was delivered, but marking it delivered failed: ${reason}. It does not count as a ` +
       'failed attempt: this relay marks it on a later round, or, if its lock expires first, another relay delivers it again.',
+    attemptsExhausted: (attempts: number, maxAttempts: number) =>
+      `Its delivery was attempted ${attempts} times (maxAttempts ${maxAttempts}), so it is not delivered again: the last ` +
+      'attempt ended without a result (its relay stopped, or its lock expired mid-delivery), or maxAttempts was lowered since.',
+    exhaustedUnrecorded: (id: string, topic: string, reason: string) =>
+      `Outbox message ${id} (${topic}) has no attempt left, but dead-lettering it failed: ${reason}. It is not delivered; ` +
+      'the relay that claims it after its lock expires dead-letters it.',
+    lockNotRenewed: (id: string, topic: string, reason: string) =>
+      `Outbox message ${id} (${topic}) was not delivered: its lock could not be renewed for the delivery (${reason}). It is ` +
+      'tried again once its lock expires; this counted as one of its attempts.',
+    renewalTooSlow: 'the renewal took longer than lockTimeout minus deliveryTimeout',
     failureUnrecorded: (id: string, topic: string, reason: string) =>
       `Outbox message ${id} (${topic}) failed, and recording the failure failed too: ${reason}. It is retried once its lock expires.`,
     roundFailed: (reason: string) => `Relay round failed: ${reason}`,
@@ -270,6 +280,15 @@ export const messages = {
     settleFailed: (route: string, action: string, reason: string) =>
       `Could not ${action} a message for ${route}: ${reason}. The broker redelivers it when its channel or ack timer ` +
       'ends. With RabbitMQ, consume with `noAck: false`: the module acknowledges each message itself, after its commit.',
+  },
+  /** `JetStreamServer` (nest-idempotency-pg/jetstream); no message names a key or a payload. */
+  jetstream: {
+    maxMessages: (value: unknown) =>
+      `JetStreamServer: \`maxMessages\` must be a whole number of at least 1 (the handlers run at once), got ${
+        JSON.stringify(value) ?? String(value)
+      }. Keep it at or below the data source's pool size: each running handler holds a connection for its transaction.`,
+    pullFailed: (stream: string, consumer: string, reason: string, retryMs: number) =>
+      `JetStreamServer: pulling messages from ${stream}/${consumer} failed (${reason}); trying again in ${retryMs} ms.`,
   },
   /** Idempotent GraphQL mutations (`@Idempotent()` on a resolver). */
   graphql: {
