@@ -341,15 +341,15 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     let rows: ClaimRow[] | undefined;
     let refused: unknown;
     try {
-      await this.fusing(runner, 'START TRANSACTION', async (client) => {
+      await this.fusing(runner, 'START TRANSACTION', async (client, startTransaction) => {
         const claim = this.claimCall(client, request, lockTimeout);
         if (claim === undefined) {
           // A value a literal cannot carry (a NUL): the same statements, each on its own.
           if (mode === 'separate') {
             rows = await this.claimRows(request, null);
-            await client.query('START TRANSACTION');
+            await client.query(startTransaction);
           } else {
-            await client.query('START TRANSACTION');
+            await client.query(startTransaction);
             rows = await this.claimRows(request, lockTimeout, runner.manager).catch((error: unknown) => {
               refused = error;
               return undefined;
@@ -360,8 +360,8 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
         }
         const message = (call: string) =>
           mode === 'separate'
-            ? `${sqlMarker('claim-then-begin')} BEGIN; SET LOCAL synchronous_commit TO off; ${call}; COMMIT; START TRANSACTION`
-            : `${sqlMarker('begin-and-claim')} START TRANSACTION; ${call}; SAVEPOINT ${WORK_SAVEPOINT}`;
+            ? `${sqlMarker('claim-then-begin')} BEGIN; SET LOCAL synchronous_commit TO off; ${call}; COMMIT; ${startTransaction}`
+            : `${sqlMarker('begin-and-claim')} ${startTransaction}; ${call}; SAVEPOINT ${WORK_SAVEPOINT}`;
         const results = await this.runMessage(client, message(claim.text), message(claim.template), claim.params, runner).catch(
           (error: unknown) => {
             // The database answered with an error: the message stopped there; the open transaction is rolled back below.
@@ -487,15 +487,25 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   private async fusing(
     runner: QueryRunner,
     statement: 'START TRANSACTION' | 'COMMIT',
-    send: (client: PgClient) => Promise<void>,
+    send: (client: PgClient, statement: string) => Promise<void>,
   ) {
+    // TypeORM follows START TRANSACTION with the data source's isolation level, which must come before any other
+    // statement of the transaction: it goes into the message instead (TypeORM has validated it as one of the levels).
+    const level = statement === 'START TRANSACTION' ? runner.connection.options.isolationLevel : undefined;
+    const sent = level && /^[A-Z ]+$/.test(level) ? `START TRANSACTION ISOLATION LEVEL ${level}` : statement;
     const own = runner as QueryRunner & { query: QueryRunner['query'] };
     const original = Object.getPrototypeOf(runner).query as QueryRunner['query'];
     own.query = async function (this: QueryRunner, sql: string, ...rest: unknown[]) {
-      if (sql !== statement) return (original as (...args: unknown[]) => Promise<unknown>).call(this, sql, ...rest);
-      delete (own as { query?: unknown }).query;
-      await send((await runner.connect()) as PgClient);
-      return [];
+      if (sql === statement) {
+        await send((await runner.connect()) as PgClient, sent);
+        if (sent === statement) delete (own as { query?: unknown }).query;
+        return [];
+      }
+      if (sent !== statement && sql.startsWith('SET TRANSACTION ISOLATION LEVEL')) {
+        delete (own as { query?: unknown }).query;
+        return [];
+      }
+      return (original as (...args: unknown[]) => Promise<unknown>).call(this, sql, ...rest);
     } as QueryRunner['query'];
     try {
       if (statement === 'START TRANSACTION') await runner.startTransaction();
