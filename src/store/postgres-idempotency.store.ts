@@ -198,7 +198,12 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   }
 
   /** The claim function's rows, with its values as parameters (in `tx` when given, else on the claim pool). */
-  private async claimRows(request: ClaimRequest, lockTimeoutMs: number | null, tx?: EntityManager): Promise<ClaimRow[]> {
+  private async claimRows(
+    request: ClaimRequest,
+    lockTimeoutMs: number | null,
+    tx?: EntityManager,
+    name: 'claim' | 'claim_in_transaction' = 'claim',
+  ): Promise<ClaimRow[]> {
     const params = [
       request.tenant,
       request.key,
@@ -208,6 +213,8 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       request.ttlMs,
       lockTimeoutMs,
     ];
+    if (name === 'claim_in_transaction')
+      return (await this.run(undefined, this.sql.claimInTransaction, params, tx)).rows as ClaimRow[];
     return (await this.run('claim', this.sql.claim, params, tx)).rows as ClaimRow[];
   }
 
@@ -241,13 +248,18 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
    * as parameters, which the redacting logger hides). Undefined when a value
    * cannot be a literal (a NUL ends a simple-protocol message).
    */
-  private claimCall(client: PgClient, request: ClaimRequest, lockTimeoutMs: number | null) {
+  private claimCall(
+    client: PgClient,
+    request: ClaimRequest,
+    lockTimeoutMs: number | null,
+    name: 'claim' | 'claim_in_transaction' = 'claim',
+  ) {
     const values = [request.tenant, request.key, request.fingerprint, request.ownerToken];
     if (values.some((v) => v.includes('\0'))) return undefined;
     const [tenant, key, fingerprint, owner] = values.map((v) => client.escapeLiteral(v));
     const numbers = [request.leaseMs, request.ttlMs, lockTimeoutMs].map(numberLiteral);
     if (numbers.some((n) => n === undefined)) return undefined;
-    const call = keyStoreFunction(this.table, 'claim');
+    const call = keyStoreFunction(this.table, name);
     return {
       text: `SELECT * FROM ${call}(${tenant}, ${key}, ${fingerprint}, ${owner}::uuid, ${numbers.join(', ')})`,
       template: `SELECT * FROM ${call}($1, $2, $3, $4::uuid, $5, $6, $7)`,
@@ -255,22 +267,47 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     };
   }
 
-  /** The completion's call with literals (see `claimCall`); undefined for a body too large to inline. */
-  private completionCall(client: PgClient, ref: ClaimRef, response: StoredResponse, ttlMs: number) {
-    const values = [ref.tenant, ref.key, ref.ownerToken, JSON.stringify(response.headers)];
-    if (values.some((v) => v.includes('\0')) || (response.body?.length ?? 0) > INLINE_BODY_LIMIT) return undefined;
+  /**
+   * The completion's call with literals (see `claimCall`), and with its
+   * values as parameters (`params`, for `sql`); `text` is undefined for a
+   * value a literal cannot carry or a body too large to inline. Both raise
+   * when the fence fails. A request-transaction claim is completed by
+   * `complete_in_transaction`, which also writes the row a claim under the
+   * key's lock did not.
+   */
+  private completionCall(
+    client: PgClient,
+    request: ClaimRequest,
+    response: StoredResponse,
+    ttlMs: number,
+    inTransaction: boolean,
+  ) {
+    const headersJson = JSON.stringify(response.headers);
+    const strings = inTransaction
+      ? [request.tenant, request.key, request.fingerprint, request.ownerToken]
+      : [request.tenant, request.key, request.ownerToken];
+    const name = inTransaction ? 'complete_in_transaction' : 'complete_or_raise';
+    const call = keyStoreFunction(this.table, name);
+    const placeholders = inTransaction
+      ? '$1, $2, $3, $4::uuid, $5, $6::jsonb, $7, $8'
+      : '$1, $2, $3::uuid, $4, $5::jsonb, $6, $7';
+    const params = [...strings, response.status, headersJson, response.body, ttlMs];
+    const sql = `${sqlMarker('complete')} SELECT ${call}(${placeholders}) AS completed`;
+    const template = `SELECT ${call}(${placeholders})`;
     const status = numberLiteral(response.status);
     const ttl = numberLiteral(ttlMs);
-    if (status === undefined || ttl === undefined) return undefined;
-    const [tenant, key, owner, headers] = values.map((v) => client.escapeLiteral(v));
+    const inlinable =
+      ![...strings, headersJson].some((v) => v.includes('\0')) &&
+      (response.body?.length ?? 0) <= INLINE_BODY_LIMIT &&
+      status !== undefined &&
+      ttl !== undefined;
+    if (!inlinable) return { text: undefined, template, params, sql };
+    const literals = strings.map((v) => client.escapeLiteral(v));
+    const owner = `${literals.pop()}::uuid`;
     // Hex escape form: the same bytes whatever standard_conforming_strings says.
     const body = response.body ? `E'\\\\x${response.body.toString('hex')}'::bytea` : 'NULL::bytea';
-    const call = keyStoreFunction(this.table, 'complete_or_raise');
-    return {
-      text: `SELECT ${call}(${tenant}, ${key}, ${owner}::uuid, ${status}, ${headers}::jsonb, ${body}, ${ttl})`,
-      template: `SELECT ${call}($1, $2, $3::uuid, $4, $5::jsonb, $6, $7)`,
-      params: [ref.tenant, ref.key, ref.ownerToken, response.status, values[3], response.body, ttlMs],
-    };
+    const values = [...literals, owner, status, `${client.escapeLiteral(headersJson)}::jsonb`, body, ttl];
+    return { text: `SELECT ${call}(${values.join(', ')})`, template, params, sql };
   }
 
   /**
@@ -334,15 +371,22 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
         await this.release(request).catch(() => false);
         throw error;
       }
-      return { claim, attempt: this.openAttempt(runner, request) };
+      return { claim, attempt: this.openAttempt(runner, request, false) };
     }
     const runner = this.dataSource.createQueryRunner();
     const lockTimeout = mode === 'request-transaction' ? lockTimeoutMs : null;
+    // Under READ COMMITTED (PostgreSQL's default) a request-transaction claim writes nothing for a new key: each
+    // statement reads what committed before it, so the row read after the key's lock was granted is the latest.
+    // A transaction snapshot taken before that wait (REPEATABLE READ, SERIALIZABLE) would miss it: there the
+    // claim writes the in-flight row, whose unique index serialises duplicates instead.
+    const level = this.dataSource.options.isolationLevel;
+    const claimFunction =
+      mode === 'request-transaction' && (!level || level === 'READ COMMITTED') ? 'claim_in_transaction' : 'claim';
     let rows: ClaimRow[] | undefined;
     let refused: unknown;
     try {
       await this.fusing(runner, 'START TRANSACTION', async (client, startTransaction) => {
-        const claim = this.claimCall(client, request, lockTimeout);
+        const claim = this.claimCall(client, request, lockTimeout, claimFunction);
         if (claim === undefined) {
           // A value a literal cannot carry (a NUL): the same statements, each on its own.
           if (mode === 'separate') {
@@ -350,7 +394,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
             await client.query(startTransaction);
           } else {
             await client.query(startTransaction);
-            rows = await this.claimRows(request, lockTimeout, runner.manager).catch((error: unknown) => {
+            rows = await this.claimRows(request, lockTimeout, runner.manager, claimFunction).catch((error: unknown) => {
               refused = error;
               return undefined;
             });
@@ -398,8 +442,12 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     return { claim, attempt: this.openAttempt(runner, request, mode === 'request-transaction') };
   }
 
-  /** The end of an attempt begun on `runner`: the completion and the COMMIT in one round trip. */
-  private openAttempt(runner: QueryRunner, ref: ClaimRef, hasSavepoint = false): OpenAttempt<EntityManager> {
+  /**
+   * The end of an attempt begun on `runner`: the completion and the COMMIT in one round trip.
+   *
+   * @param inTransaction a request-transaction claim: its work runs after a savepoint, and its completion writes the row
+   */
+  private openAttempt(runner: QueryRunner, request: ClaimRequest, inTransaction: boolean): OpenAttempt<EntityManager> {
     let ended = false;
     const end = async () => {
       ended = true;
@@ -412,22 +460,13 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
         try {
           let fenced = false;
           await this.fusing(runner, 'COMMIT', async (client) => {
-            const completion = this.completionCall(client, ref, response, ttlMs);
+            const completion = this.completionCall(client, request, response, ttlMs, inTransaction);
             try {
-              if (completion) {
+              if (completion.text) {
                 const message = (call: string) => `${sqlMarker('complete-and-commit')} ${call}; COMMIT`;
                 await this.runMessage(client, message(completion.text), message(completion.template), completion.params, runner);
               } else {
-                const params = [
-                  ref.tenant,
-                  ref.key,
-                  ref.ownerToken,
-                  response.status,
-                  JSON.stringify(response.headers),
-                  response.body,
-                  ttlMs,
-                ];
-                await this.run(undefined, this.sql.completeOrRaise, params, runner.manager, this.dataSource);
+                await this.run(undefined, completion.sql, completion.params, runner.manager, this.dataSource);
                 await client.query('COMMIT');
               }
             } catch (error) {
@@ -451,7 +490,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       },
       rollback: async (keepClaim) => {
         if (ended) return false;
-        if (keepClaim && hasSavepoint) {
+        if (keepClaim && inTransaction) {
           try {
             const client = (await runner.connect()) as PgClient;
             const undo = `${sqlMarker('undo-work')} ROLLBACK TO SAVEPOINT ${WORK_SAVEPOINT}`;

@@ -148,6 +148,15 @@ function controllers(probe: Probe) {
       return { label: body.label, attempt: probe.count(body.label) };
     }
 
+    @Post('in-tx-own-row')
+    @Idempotent({ claimMode: 'request-transaction' })
+    async inTransactionOwnRow(@Body() body: { label: string }, @TxManager() manager: EntityManager) {
+      const [{ n }] = (await manager.query('SELECT count(*)::int AS n FROM idempotency_keys WHERE key = $1', [
+        `k-${body.label}`,
+      ])) as Array<{ n: number }>;
+      return { rowsSeenByHandler: n };
+    }
+
     @Post('in-tx-settings')
     @Idempotent({ claimMode: 'request-transaction', wait: '3s' })
     async inTransactionSettings(@TxManager() manager: EntityManager) {
