@@ -175,4 +175,20 @@ describe('sample refund requests over RabbitMQ', () => {
     publish({ tenant: 'tenant-a', refundId: `rf-${randomUUID()}`, chargeId }, `msg-${randomUUID()}`);
     expect(await waitFor(async () => (await deadLetters()) === before + 2)).toBe(true);
   });
+
+  it('validates the nested simulate object: an unknown crash point or field is dead-lettered, and refunds nothing', async () => {
+    const chargeId = await createCharge(api.url);
+    const before = await deadLetters();
+    const invalid = [{ crash: 'on-tuesdays' }, { crash: 'before-commit', explode: true }, { delayMs: -1 }];
+    const refundIds = invalid.map(() => `rf-${randomUUID()}`);
+    invalid.forEach((simulate, i) =>
+      publish({ tenant: 'tenant-a', refundId: refundIds[i], chargeId, amount: 1, simulate }, `msg-${refundIds[i]}`),
+    );
+    expect(await waitFor(async () => (await deadLetters()) === before + invalid.length)).toBe(true);
+    for (const refundId of refundIds) {
+      expect(await refunds(refundId)).toEqual([]);
+      // Refused before the handler ran: the key was released, so a corrected request may use it at once.
+      expect(await keyStatus(`msg-${refundId}`)).toBeUndefined();
+    }
+  });
 });

@@ -3,7 +3,7 @@ import { Ctx, EventPattern, Payload, RpcException, type RmqContext } from '@nest
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Idempotent } from '../../src/index.js';
 import { FAULT_INJECTION_ENV } from '../faults/fault-injection.interceptor.js';
-import { REFUND_REQUESTED, RefundRequestMessage } from './refund-request.message.js';
+import { REFUND_REQUESTED, RefundRequestMessage, type CrashPoint } from './refund-request.message.js';
 import { RefundRefused, RefundsService, type Refund } from './refunds.service.js';
 
 /** Deliveries whose acknowledgement kills the process (`simulate.crash: 'after-commit'`). */
@@ -45,7 +45,7 @@ export class RefundRequestsConsumer {
  * `after-commit` kills it when the module acknowledges this message, which it
  * does only after the commit.
  */
-function crash(where: 'before-commit' | 'after-commit', context: RmqContext): void {
+function crash(where: CrashPoint, context: RmqContext): void {
   const message = context.getMessage() as { fields: { redelivered: boolean } };
   if (process.env[FAULT_INJECTION_ENV] !== '1' || message.fields.redelivered) return;
   if (where === 'before-commit') process.kill(process.pid, 'SIGKILL');
