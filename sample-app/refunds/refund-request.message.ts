@@ -5,12 +5,13 @@ import { IsIn, IsInt, IsObject, IsOptional, IsString, Length, Max, Min, Validate
 export const REFUND_REQUESTED = 'refund.requested';
 
 /**
- * Where `simulate.crash` kills the consumer (with SAMPLE_FAULT_INJECTION=1),
- * on the first delivery only: `before-commit` after the refund's insert,
- * before the commit; `after-commit` after the commit, before the
- * acknowledgement.
+ * Where `simulate.crash` kills the consumer (with SAMPLE_FAULT_INJECTION=1):
+ * `before-commit` after the refund's insert, before the commit, and
+ * `after-commit` after the commit, before the acknowledgement, both on the
+ * first delivery only; `every-delivery` before the commit on every delivery,
+ * a poison message that only the module's count of its attempts stops.
  */
-export const CRASH_POINTS = ['before-commit', 'after-commit'] as const;
+export const CRASH_POINTS = ['before-commit', 'after-commit', 'every-delivery'] as const;
 export type CrashPoint = (typeof CRASH_POINTS)[number];
 
 /**

@@ -40,14 +40,17 @@ export class RefundRequestsConsumer {
 }
 
 /**
- * Test-only (SAMPLE_FAULT_INJECTION=1), first delivery only: `before-commit`
- * kills the process now, with the refund inserted and uncommitted;
- * `after-commit` kills it when the module acknowledges this message, which it
- * does only after the commit.
+ * Test-only (SAMPLE_FAULT_INJECTION=1). `every-delivery` kills the process
+ * now, on every delivery, with the refund inserted and uncommitted. On the
+ * first delivery only, `before-commit` does the same, and `after-commit`
+ * kills it when the module acknowledges this message, which it does only
+ * after the commit.
  */
 function crash(where: CrashPoint, context: RmqContext): void {
+  if (process.env[FAULT_INJECTION_ENV] !== '1') return;
+  if (where === 'every-delivery') process.kill(process.pid, 'SIGKILL');
   const message = context.getMessage() as { fields: { redelivered: boolean } };
-  if (process.env[FAULT_INJECTION_ENV] !== '1' || message.fields.redelivered) return;
+  if (message.fields.redelivered) return;
   if (where === 'before-commit') process.kill(process.pid, 'SIGKILL');
   const channel = context.getChannelRef() as { ack(message: object, ...rest: unknown[]): void; __doomed?: true };
   doomedAcks.add(message);
