@@ -37,10 +37,9 @@ describe('idempotent message handlers on NATS JetStream', () => {
       stream: { name: js.stream },
       consumer: { name: CONSUMER, config: { ack_wait: 5_000_000_000 } },
       deadLetterSubject: (subject) => `dead-letter.${subject}`,
+      // This test's stream has subjects of its own (`<prefix>.refund.requested`); the handlers listen on `refund.requested`.
+      pattern: (subject) => subject.slice(js.subject.length + 1),
     });
-    // This test's stream has subjects of its own (`<prefix>.refund.requested`); the handlers listen on `refund.requested`.
-    const lookUp = strategy.getHandlerByPattern.bind(strategy);
-    strategy.getHandlerByPattern = (pattern: string) => lookUp(pattern.slice(js.subject.length + 1));
     consumer = await startConsumer(schema, { strategy });
   });
   afterAll(async () => {

@@ -36,6 +36,14 @@ export interface JetStreamServerOptions {
    * `` `dead-letter.${subject}` ``.
    */
   deadLetterSubject?: (subject: string) => string;
+  /**
+   * The handler pattern a message is dispatched to, from its subject: for
+   * subjects named per deployment (`staging.refund.requested`, from
+   * configuration) whose handlers are declared with a constant
+   * (`@EventPattern('refund.requested')`). The subject stays the message's
+   * pattern for the idempotency fingerprint. Default: the subject itself.
+   */
+  pattern?: (subject: string) => string;
 }
 
 const DEFAULT_SERVERS = '127.0.0.1:4222';
@@ -181,7 +189,7 @@ export class JetStreamServer extends Server implements CustomTransportStrategy {
         await this.deadLetter(message, reason);
       },
     });
-    const handler = this.getHandlerByPattern(message.subject);
+    const handler = this.getHandlerByPattern(this.options.pattern?.(message.subject) ?? message.subject);
     if (!handler) {
       this.logger.warn(`JetStreamServer: no handler for subject ${message.subject}; the message is dead-lettered.`);
       return context.deadLetter('no handler for its subject');
