@@ -6,6 +6,7 @@ import type pg from 'pg';
 import { RABBITMQ_URL, waitFor } from '../test/support/brokers.js';
 import { databaseUrl, freshSchema, sqlClient } from '../test/support/database.js';
 import { send, type RawResponse } from '../test/support/http.js';
+import { CapturingNestLogger } from '../test/real-app/log-capture.js';
 import { loadConfig, type HttpAdapterName } from './config.js';
 import { createSampleApp } from './create-app.js';
 import { deadLetterQueue } from './refunds/rabbitmq.js';
@@ -39,10 +40,19 @@ async function createCharge(url: string, amount = 2_500): Promise<string> {
 describe.each(ADAPTERS)('sample refunds over GraphQL (%s)', (adapter) => {
   let api: { app: INestApplication; url: string };
   let db: pg.Client;
+  const logs = new CapturingNestLogger();
 
   beforeAll(async () => {
     const schema = await freshSchema(`sample_refunds_${adapter}`);
-    api = await startSampleApp(adapter, schema);
+    // Apollo reads NODE_ENV once, at start, to decide on stack traces in answers: Jest sets 'test', `npm run sample` nothing.
+    const nodeEnv = process.env.NODE_ENV;
+    delete process.env.NODE_ENV;
+    try {
+      api = await startSampleApp(adapter, schema);
+    } finally {
+      process.env.NODE_ENV = nodeEnv;
+    }
+    api.app.useLogger(logs);
     db = await sqlClient(schema);
   });
   afterAll(async () => {
@@ -103,6 +113,38 @@ describe.each(ADAPTERS)('sample refunds over GraphQL (%s)', (adapter) => {
     expect(noAuth.json().errors).toHaveLength(1);
     expect(noAuth.json().data).toBeNull();
     expect(await refundRows(input.refundId)).toBe(0);
+  });
+
+  it("answers a client's mistakes without a stack trace and logs none of them as a server error", async () => {
+    const chargeId = await createCharge(api.url);
+    const input = { refundId: `rf-${randomUUID()}`, chargeId, amount: 1 };
+    const key = randomUUID();
+    const before = logs.lines.length;
+    const answers = [
+      await requestRefund(input, undefined),
+      await requestRefund(input, 'a,b'),
+      await requestRefund(input, key),
+      await requestRefund({ ...input, amount: 2 }, key),
+      await requestRefund({ refundId: `rf-${randomUUID()}`, chargeId: 'ch_missing', amount: 1 }, randomUUID()),
+    ];
+    expect(answers.map((res) => res.json().errors?.[0]?.extensions?.code)).toEqual([
+      'MISSING_KEY',
+      'INVALID_KEY',
+      undefined,
+      'MISMATCH',
+      'CHARGE_NOT_FOUND',
+    ]);
+    for (const res of answers) {
+      expect(res.text()).not.toContain('stacktrace');
+      expect(res.text()).not.toMatch(/\bat .*\.(ts|js):\d+/);
+    }
+    // The refusal of an unknown charge is the resolver's own, which Nest logs as it logs any resolver error.
+    expect(
+      logs.lines
+        .slice(before)
+        .filter((line) => /^(error|fatal|warn):/.test(line))
+        .filter((line) => !line.includes('ch_missing')),
+    ).toEqual([]);
   });
 });
 

@@ -22,7 +22,7 @@ import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { problemForOutcome, resolveTenant, routeScope } from '../entry-point.js';
 import { IdempotencyService } from '../idempotency.service.js';
 import type { StoredResponse } from '../store/idempotency-store.js';
-import { IdempotencyGraphQLError, ReplayedGraphQLError } from './graphql-problem.js';
+import { IdempotencyGraphQLError, ReplayedGraphQLError, StoredGraphQLError } from './graphql-problem.js';
 
 /** The argument read for the key when the request has no key header. */
 const DEFAULT_KEY_ARGUMENT = 'idempotencyKey';
@@ -137,7 +137,14 @@ export class IdempotentResolverInterceptor implements NestInterceptor {
         : await this.service.run({ ...scope, run: handle }, execution);
       if (outcome.kind === 'replayed') setHeader(gqlContext, REPLAYED_HEADER, 'true');
       const stored = decode(outcome.response);
-      if ('error' in stored) return subscriber.error(new ReplayedGraphQLError(stored.error.message, stored.error.extensions));
+      if ('error' in stored) {
+        const { message, extensions } = stored.error;
+        return subscriber.error(
+          outcome.kind === 'failure-stored'
+            ? new StoredGraphQLError(message, extensions, outcome.error)
+            : new ReplayedGraphQLError(message, extensions),
+        );
+      }
       subscriber.next(stored.value);
       subscriber.complete();
     } catch (error) {
