@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { INestApplication } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
 import amqp, { type Channel, type ChannelModel } from 'amqplib';
 import type pg from 'pg';
 import { RABBITMQ_URL, waitFor } from '../test/support/brokers.js';
@@ -35,6 +36,34 @@ async function createCharge(url: string, amount = 2_500): Promise<string> {
   });
   expect(res.status).toBe(201);
   return res.json().id as string;
+}
+
+/**
+ * The GraphQL request of docs/sample-app.md's walkthrough, read from the document: the
+ * curl command's headers and `-d` payload, and the answer printed under it.
+ */
+async function documentedRefundRequest(): Promise<{
+  headers: Array<[string, string]>;
+  payload: { query: string; variables: { input: Record<string, unknown> } };
+  answer: { data: { requestRefund: Record<string, unknown> } };
+}> {
+  const doc = await readFile(new URL('../docs/sample-app.md', import.meta.url), 'utf8');
+  // The walkthrough's shell variables: A='Authorization: ...'; J='Content-Type: ...'
+  const shell = Object.fromEntries([...doc.matchAll(/(?:^|; )([A-Z])='([^']*)'/gm)].map((m) => [m[1], m[2]]));
+  const command = /^curl -s localhost:3000\/graphql (.*) \\\n {2}-d '(.*)'\n((?:# .*\n)+)/m.exec(doc);
+  if (!command) throw new Error('docs/sample-app.md has no `curl ... /graphql` command');
+  const headers = [...command[1].matchAll(/-H (?:"\$(\w)"|'([^']*)')/g)].map((m) => {
+    const header = m[1] ? shell[m[1]] : m[2];
+    const colon = header.indexOf(': ');
+    return [header.slice(0, colon), header.slice(colon + 2)] as [string, string];
+  });
+  // The answer: the `# {"data"...` line and the `#  ` lines continuing it.
+  const lines = command[3].split('\n');
+  const start = lines.findIndex((line) => line.startsWith('# {"data"'));
+  const next = lines.findIndex((line, index) => index > start && !line.startsWith('#  '));
+  const printed = lines.slice(start, next);
+  const answer = JSON.parse(printed.map((line) => line.replace(/^# ?/, '').trim()).join(''));
+  return { headers, payload: JSON.parse(command[2]), answer };
 }
 
 describe.each(ADAPTERS)('sample refunds over GraphQL (%s)', (adapter) => {
@@ -113,6 +142,35 @@ describe.each(ADAPTERS)('sample refunds over GraphQL (%s)', (adapter) => {
     expect(noAuth.json().errors).toHaveLength(1);
     expect(noAuth.json().data).toBeNull();
     expect(await refundRows(input.refundId)).toBe(0);
+  });
+
+  it("answers the walkthrough's GraphQL request as docs/sample-app.md shows, and its repetition as a replay", async () => {
+    const { headers, payload, answer } = await documentedRefundRequest();
+    // The document's chargeId is the walkthrough's first charge; here, a charge of this run.
+    const chargeId = await createCharge(api.url);
+    const body = { ...payload, variables: { input: { ...payload.variables.input, chargeId } } };
+    const first = await send(api.url, 'POST', '/graphql', { headers, body });
+    expect(first.json()).toEqual({
+      data: {
+        requestRefund: {
+          ...answer.data.requestRefund,
+          id: expect.stringMatching(/^re_[0-9a-f]{24}$/),
+          chargeId,
+          created: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
+        },
+      },
+    });
+    const again = await send(api.url, 'POST', '/graphql', { headers, body });
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.json()).toEqual(first.json());
+    expect(await refundRows(String(payload.variables.input.refundId))).toBe(1);
+    const withoutKey = headers.filter(([name]) => name.toLowerCase() !== 'idempotency-key');
+    expect((await send(api.url, 'POST', '/graphql', { headers: withoutKey, body })).json()).toMatchObject({
+      errors: [
+        { message: 'This endpoint requires an Idempotency-Key header.', extensions: { code: 'MISSING_KEY', status: 400 } },
+      ],
+      data: null,
+    });
   });
 
   it("answers a client's mistakes without a stack trace and logs none of them as a server error", async () => {
