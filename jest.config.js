@@ -18,6 +18,8 @@ export default {
   testPathIgnorePatterns: ['/node_modules/', '<rootDir>/test/reliability/'],
   globalSetup: '<rootDir>/test/support/global-setup.ts',
   globalTeardown: '<rootDir>/test/support/global-teardown.ts',
+  // After the summary: the suites a missing message broker kept from running, and how to run them.
+  reporters: ['default', '<rootDir>/test/support/not-run-reporter.js'],
   testTimeout: 60_000,
   maxWorkers: 2,
 };

@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import amqp, { type Channel, type ChannelModel } from 'amqplib';
 import type pg from 'pg';
-import { RABBITMQ_URL, waitFor } from '../test/support/brokers.js';
+import { describeWithBroker, RABBITMQ_URL, waitFor } from '../test/support/brokers.js';
 import { databaseUrl, freshSchema, sqlClient } from '../test/support/database.js';
 import { send, type RawResponse } from '../test/support/http.js';
 import { CapturingNestLogger } from '../test/real-app/log-capture.js';
@@ -206,7 +206,7 @@ describe.each(ADAPTERS)('sample refunds over GraphQL (%s)', (adapter) => {
   });
 });
 
-describe('sample refund requests over RabbitMQ', () => {
+describeWithBroker('rabbitmq', 'sample refund requests over RabbitMQ', () => {
   let api: { app: INestApplication; url: string };
   let db: pg.Client;
   let connection: ChannelModel;
