@@ -157,7 +157,13 @@ describe.each(ADAPTERS)('sample payments API over %s', (adapter) => {
     const body = charge({ simulate: { delayMs: 1_500 } });
     const key = unique('key');
     const slow = postCharge(body, key);
-    await sleep(400);
+    // The duplicate goes once the first attempt holds the key (its claim commits before the handler runs),
+    // however long that takes on a loaded machine, not after a guess at it.
+    const deadline = Date.now() + 20_000;
+    while ((await keyRows(key)).length === 0) {
+      if (Date.now() > deadline) throw new Error(`The first attempt never claimed ${key}.`);
+      await sleep(20);
+    }
     const conflict = await postCharge(body, key);
     expect(conflict.status).toBe(409);
     expect(conflict.headers['content-type']).toBe('application/problem+json');
