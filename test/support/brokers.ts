@@ -117,7 +117,15 @@ export class RabbitQueue {
         correlationId: id,
         messageId,
       });
-      await Promise.race([finished, sleep(timeoutMs)]);
+      // A timer of our own, cleared when the replies are in: a bare sleep() kept the worker alive for timeoutMs after
+      // the last test, which Jest reported as a worker that failed to exit gracefully.
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const timedOut = new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)));
+      try {
+        await Promise.race([finished, timedOut]);
+      } finally {
+        clearTimeout(timer);
+      }
       return replies;
     } finally {
       await connection.close();
