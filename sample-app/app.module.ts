@@ -56,6 +56,8 @@ export class AppModule {
           // Apollo's Express integration passes ({ req, res }), its Fastify integration (request, reply).
           context: (first: { req?: unknown; res?: unknown }, reply?: unknown) =>
             first.req ? { req: first.req, res: first.res } : { req: first, reply },
+          // Apollo sends each error's stack to the client unless NODE_ENV is production or test: never send it.
+          includeStacktraceInErrorResponses: false,
         }),
         IdempotencyModule.forRoot({
           // HTTP and GraphQL: ApiKeyGuard (a global guard) runs before the module's interceptors and sets the tenant.

@@ -1,13 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { INestApplication } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
 import amqp, { type Channel, type ChannelModel } from 'amqplib';
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { connect, headers as natsHeaders, type NatsConnection } from '@nats-io/transport-node';
 import type pg from 'pg';
-import { NATS_URL, RABBITMQ_URL, waitFor } from '../test/support/brokers.js';
+import { describeWithBroker, NATS_URL, RABBITMQ_URL, waitFor } from '../test/support/brokers.js';
 import { databaseUrl, freshSchema, sqlClient } from '../test/support/database.js';
 import { send, sleep, type RawResponse } from '../test/support/http.js';
+import { CapturingNestLogger } from '../test/real-app/log-capture.js';
 import { loadConfig, type HttpAdapterName } from './config.js';
 import { createSampleApp } from './create-app.js';
 import { deadLetterStream, REFUND_CONSUMER } from './refunds/jetstream.js';
@@ -39,13 +41,50 @@ async function createCharge(url: string, amount = 2_500): Promise<string> {
   return res.json().id as string;
 }
 
+/**
+ * The GraphQL request of docs/sample-app.md's walkthrough, read from the document: the
+ * curl command's headers and `-d` payload, and the answer printed under it.
+ */
+async function documentedRefundRequest(): Promise<{
+  headers: Array<[string, string]>;
+  payload: { query: string; variables: { input: Record<string, unknown> } };
+  answer: { data: { requestRefund: Record<string, unknown> } };
+}> {
+  const doc = await readFile(new URL('../docs/sample-app.md', import.meta.url), 'utf8');
+  // The walkthrough's shell variables: A='Authorization: ...'; J='Content-Type: ...'
+  const shell = Object.fromEntries([...doc.matchAll(/(?:^|; )([A-Z])='([^']*)'/gm)].map((m) => [m[1], m[2]]));
+  const command = /^curl -s localhost:3000\/graphql (.*) \\\n {2}-d '(.*)'\n((?:# .*\n)+)/m.exec(doc);
+  if (!command) throw new Error('docs/sample-app.md has no `curl ... /graphql` command');
+  const headers = [...command[1].matchAll(/-H (?:"\$(\w)"|'([^']*)')/g)].map((m) => {
+    const header = m[1] ? shell[m[1]] : m[2];
+    const colon = header.indexOf(': ');
+    return [header.slice(0, colon), header.slice(colon + 2)] as [string, string];
+  });
+  // The answer: the `# {"data"...` line and the `#  ` lines continuing it.
+  const lines = command[3].split('\n');
+  const start = lines.findIndex((line) => line.startsWith('# {"data"'));
+  const next = lines.findIndex((line, index) => index > start && !line.startsWith('#  '));
+  const printed = lines.slice(start, next);
+  const answer = JSON.parse(printed.map((line) => line.replace(/^# ?/, '').trim()).join(''));
+  return { headers, payload: JSON.parse(command[2]), answer };
+}
+
 describe.each(ADAPTERS)('sample refunds over GraphQL (%s)', (adapter) => {
   let api: { app: INestApplication; url: string };
   let db: pg.Client;
+  const logs = new CapturingNestLogger();
 
   beforeAll(async () => {
     const schema = await freshSchema(`sample_refunds_${adapter}`);
-    api = await startSampleApp(adapter, schema);
+    // Apollo reads NODE_ENV once, at start, to decide on stack traces in answers: Jest sets 'test', `npm run sample` nothing.
+    const nodeEnv = process.env.NODE_ENV;
+    delete process.env.NODE_ENV;
+    try {
+      api = await startSampleApp(adapter, schema);
+    } finally {
+      process.env.NODE_ENV = nodeEnv;
+    }
+    api.app.useLogger(logs);
     db = await sqlClient(schema);
   });
   afterAll(async () => {
@@ -107,9 +146,70 @@ describe.each(ADAPTERS)('sample refunds over GraphQL (%s)', (adapter) => {
     expect(noAuth.json().data).toBeNull();
     expect(await refundRows(input.refundId)).toBe(0);
   });
+
+  it("answers the walkthrough's GraphQL request as docs/sample-app.md shows, and its repetition as a replay", async () => {
+    const { headers, payload, answer } = await documentedRefundRequest();
+    // The document's chargeId is the walkthrough's first charge; here, a charge of this run.
+    const chargeId = await createCharge(api.url);
+    const body = { ...payload, variables: { input: { ...payload.variables.input, chargeId } } };
+    const first = await send(api.url, 'POST', '/graphql', { headers, body });
+    expect(first.json()).toEqual({
+      data: {
+        requestRefund: {
+          ...answer.data.requestRefund,
+          id: expect.stringMatching(/^re_[0-9a-f]{24}$/),
+          chargeId,
+          created: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
+        },
+      },
+    });
+    const again = await send(api.url, 'POST', '/graphql', { headers, body });
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.json()).toEqual(first.json());
+    expect(await refundRows(String(payload.variables.input.refundId))).toBe(1);
+    const withoutKey = headers.filter(([name]) => name.toLowerCase() !== 'idempotency-key');
+    expect((await send(api.url, 'POST', '/graphql', { headers: withoutKey, body })).json()).toMatchObject({
+      errors: [
+        { message: 'This endpoint requires an Idempotency-Key header.', extensions: { code: 'MISSING_KEY', status: 400 } },
+      ],
+      data: null,
+    });
+  });
+
+  it("answers a client's mistakes without a stack trace and logs none of them as a server error", async () => {
+    const chargeId = await createCharge(api.url);
+    const input = { refundId: `rf-${randomUUID()}`, chargeId, amount: 1 };
+    const key = randomUUID();
+    const before = logs.lines.length;
+    const answers = [
+      await requestRefund(input, undefined),
+      await requestRefund(input, 'a,b'),
+      await requestRefund(input, key),
+      await requestRefund({ ...input, amount: 2 }, key),
+      await requestRefund({ refundId: `rf-${randomUUID()}`, chargeId: 'ch_missing', amount: 1 }, randomUUID()),
+    ];
+    expect(answers.map((res) => res.json().errors?.[0]?.extensions?.code)).toEqual([
+      'MISSING_KEY',
+      'INVALID_KEY',
+      undefined,
+      'MISMATCH',
+      'CHARGE_NOT_FOUND',
+    ]);
+    for (const res of answers) {
+      expect(res.text()).not.toContain('stacktrace');
+      expect(res.text()).not.toMatch(/\bat .*\.(ts|js):\d+/);
+    }
+    // The refusal of an unknown charge is the resolver's own, which Nest logs as it logs any resolver error.
+    expect(
+      logs.lines
+        .slice(before)
+        .filter((line) => /^(error|fatal|warn):/.test(line))
+        .filter((line) => !line.includes('ch_missing')),
+    ).toEqual([]);
+  });
 });
 
-describe('sample refund requests over RabbitMQ', () => {
+describeWithBroker('rabbitmq', 'sample refund requests over RabbitMQ', () => {
   let api: { app: INestApplication; url: string };
   let db: pg.Client;
   let connection: ChannelModel;
@@ -196,7 +296,7 @@ describe('sample refund requests over RabbitMQ', () => {
   });
 });
 
-describe('sample refund requests over NATS JetStream', () => {
+describeWithBroker('nats', 'sample refund requests over NATS JetStream', () => {
   let api: { app: INestApplication; url: string };
   let db: pg.Client;
   let nats: NatsConnection;

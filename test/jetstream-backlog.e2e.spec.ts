@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, expect, it } from '@jest/globals';
 import { Controller, Module, type INestMicroservice } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { Ctx, EventPattern, Payload } from '@nestjs/microservices';
@@ -6,7 +6,7 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import type pg from 'pg';
 import { Idempotent, IdempotencyModule, TransactionHost } from '../src/index.js';
 import { JetStreamContext, JetStreamServer } from '../src/rpc/jetstream/index.js';
-import { JetStreamFixture, NATS_URL, waitFor } from './support/brokers.js';
+import { describeWithBroker, JetStreamFixture, NATS_URL, waitFor } from './support/brokers.js';
 import { createTables, dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
 import { sleep } from './support/http.js';
 
@@ -52,7 +52,7 @@ function backlogController(subject: string, gauge: Gauge) {
  * real NATS JetStream: a backlog waits on the server, not in the process
  * (where each message would want a transaction at the same time).
  */
-describe('JetStreamServer under a backlog', () => {
+describeWithBroker('nats', 'JetStreamServer under a backlog', () => {
   let schema: string;
   let db: pg.Client;
   let js: JetStreamFixture;

@@ -1,8 +1,8 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, expect, it } from '@jest/globals';
 import type pg from 'pg';
 import { createEffectLedgerStatements } from '../src/ledger/effect-ledger.sql.js';
 import { JetStreamServer } from '../src/rpc/jetstream/index.js';
-import { JetStreamFixture, NATS_URL, waitFor } from './support/brokers.js';
+import { describeWithBroker, JetStreamFixture, NATS_URL, waitFor } from './support/brokers.js';
 import { startConsumer, type ConsumerApp } from './support/consumer-app.js';
 import { createTables, freshSchema, sqlClient } from './support/database.js';
 import { sleep } from './support/http.js';
@@ -14,7 +14,7 @@ const CONSUMER = 'refunds-worker';
  * through `JetStreamServer`: explicit acks, the key from `Nats-Msg-Id`,
  * redeliveries by nak with a delay, dead letters republished to a stream.
  */
-describe('idempotent message handlers on NATS JetStream', () => {
+describeWithBroker('nats', 'idempotent message handlers on NATS JetStream', () => {
   let db: pg.Client;
   let js: JetStreamFixture;
   let consumer: ConsumerApp;

@@ -1,8 +1,8 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, beforeEach, expect, it } from '@jest/globals';
 import type pg from 'pg';
 import { fingerprintValue } from '../src/core/fingerprint.js';
 import { createEffectLedgerStatements } from '../src/ledger/effect-ledger.sql.js';
-import { RabbitQueue, waitFor } from './support/brokers.js';
+import { describeWithBroker, RabbitQueue, waitFor } from './support/brokers.js';
 import { startConsumer, type ConsumerApp, type TestMessage } from './support/consumer-app.js';
 import { createTables, freshSchema, sqlClient } from './support/database.js';
 import { sleep } from './support/http.js';
@@ -12,7 +12,7 @@ import { sleep } from './support/http.js';
  * consumer process, manual acknowledgements, effects counted in PostgreSQL.
  * The multi-process and crash scenarios are in test/reliability/consumers.spec.ts.
  */
-describe('idempotent message handlers on RabbitMQ', () => {
+describeWithBroker('rabbitmq', 'idempotent message handlers on RabbitMQ', () => {
   let db: pg.Client;
   let queue: RabbitQueue;
   let consumer: ConsumerApp;

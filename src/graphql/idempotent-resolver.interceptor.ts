@@ -21,7 +21,7 @@ import { IDEMPOTENCY_OPTIONS, REPLAYED_HEADER } from '../idempotency.constants.j
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { decodeOutcome, encodeOutcome, problemForOutcome, resolveTenant, runHandler } from '../entry-point.js';
 import { IdempotencyService } from '../idempotency.service.js';
-import { IdempotencyGraphQLError, ReplayedGraphQLError } from './graphql-problem.js';
+import { IdempotencyGraphQLError, ReplayedGraphQLError, StoredGraphQLError } from './graphql-problem.js';
 
 /** The argument read for the key when the request has no key header. */
 const DEFAULT_KEY_ARGUMENT = 'idempotencyKey';
@@ -118,7 +118,14 @@ export class IdempotentResolverInterceptor implements NestInterceptor {
       }
       if (outcome.kind === 'replayed') setHeader(gqlContext, REPLAYED_HEADER, 'true');
       const stored = decodeOutcome<{ message: string; extensions: Record<string, unknown> }>(outcome.response);
-      if ('error' in stored) return subscriber.error(new ReplayedGraphQLError(stored.error.message, stored.error.extensions));
+      if ('error' in stored) {
+        const { message, extensions } = stored.error;
+        return subscriber.error(
+          outcome.kind === 'failure-stored'
+            ? new StoredGraphQLError(message, extensions, outcome.error)
+            : new ReplayedGraphQLError(message, extensions),
+        );
+      }
       subscriber.next(stored.value);
       subscriber.complete();
     } catch (error) {

@@ -1,9 +1,9 @@
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
+import { afterAll, afterEach, beforeAll, beforeEach, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
 import { AckPolicy, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { connect, headers as natsHeaders, type NatsConnection } from '@nats-io/transport-node';
 import { deadLetterStream, REFUND_CONSUMER } from '../../sample-app/refunds/jetstream.js';
-import { NATS_URL, waitFor } from '../support/brokers.js';
+import { describeWithBroker, NATS_URL, waitFor } from '../support/brokers.js';
 import { send, sleep } from '../support/http.js';
 import { API_KEY } from './support/charges.js';
 import { printFigures } from './support/figures.js';
@@ -26,7 +26,7 @@ const DEADLINE_MS = 30_000;
  * redelivers the stored message, with its Nats-Msg-Id, once ack_wait has
  * passed without an acknowledgement. Refunds counted in PostgreSQL.
  */
-describe('the sample consuming refund requests from NATS JetStream, real processes', () => {
+describeWithBroker('nats', 'the sample consuming refund requests from NATS JetStream, real processes', () => {
   let db: ScenarioDatabase;
   let nats: NatsConnection;
   let manager: JetStreamManager;

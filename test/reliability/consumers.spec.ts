@@ -1,7 +1,7 @@
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
+import { afterAll, afterEach, beforeAll, beforeEach, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
 import amqp, { type ChannelModel, type ConfirmChannel } from 'amqplib';
-import { RABBITMQ_URL, waitFor } from '../support/brokers.js';
+import { describeWithBroker, RABBITMQ_URL, waitFor } from '../support/brokers.js';
 import { send, sleep } from '../support/http.js';
 import { API_KEY } from './support/charges.js';
 import { printFigures } from './support/figures.js';
@@ -18,7 +18,7 @@ const MAX_DELIVERIES = 5;
  * `refund.requested` (manual acks, a dead-letter queue), killed with SIGKILL
  * at the worst moments, with refunds counted in PostgreSQL.
  */
-describe('idempotent message consumers on RabbitMQ, real processes', () => {
+describeWithBroker('rabbitmq', 'idempotent message consumers on RabbitMQ, real processes', () => {
   let db: ScenarioDatabase;
   let connection: ChannelModel;
   let channel: ConfirmChannel;

@@ -1,7 +1,7 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, afterEach, beforeAll, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
 import amqp, { type ChannelModel, type ConfirmChannel } from 'amqplib';
-import { RABBITMQ_URL } from '../support/brokers.js';
+import { describeWithBroker, RABBITMQ_URL } from '../support/brokers.js';
 import { send, sleep } from '../support/http.js';
 import { API_KEY } from './support/charges.js';
 import { printFigures } from './support/figures.js';
@@ -69,7 +69,7 @@ class Supervisor {
  * runs, so the restarts end. Real processes, real RabbitMQ, refunds counted
  * in PostgreSQL.
  */
-describe('a poison message that kills the consumer on every delivery (RabbitMQ, real processes)', () => {
+describeWithBroker('rabbitmq', 'a poison message that kills the consumer on every delivery (RabbitMQ, real processes)', () => {
   let db: ScenarioDatabase;
   let connection: ChannelModel;
   let channel: ConfirmChannel;
