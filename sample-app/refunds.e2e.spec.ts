@@ -53,8 +53,8 @@ async function documentedRefundRequest(): Promise<{
   const doc = await readFile(new URL('../docs/sample-app.md', import.meta.url), 'utf8');
   // The walkthrough's shell variables: A='Authorization: ...'; J='Content-Type: ...'
   const shell = Object.fromEntries([...doc.matchAll(/(?:^|; )([A-Z])='([^']*)'/gm)].map((m) => [m[1], m[2]]));
-  const command = /^curl -s localhost:3000\/graphql (.*) \\\n {2}-d '(.*)'\n((?:# .*\n)+)/m.exec(doc);
-  if (!command) throw new Error('docs/sample-app.md has no `curl ... /graphql` command');
+  const command = /^curl -s localhost:3000\/graphql (.*) \\\n {2}-d '(\{"query":"mutation.*)'\n((?:# .*\n)+)/m.exec(doc);
+  if (!command) throw new Error('docs/sample-app.md has no `curl ... /graphql` command sending the mutation');
   const headers = [...command[1].matchAll(/-H (?:"\$(\w)"|'([^']*)')/g)].map((m) => {
     const header = m[1] ? shell[m[1]] : m[2];
     const colon = header.indexOf(': ');

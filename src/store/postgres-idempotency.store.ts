@@ -458,33 +458,24 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       commit: async (response, ttlMs) => {
         if (ended) throw new Error('This attempt has already ended.');
         try {
-          let fenced = false;
           await this.fusing(runner, 'COMMIT', async (client) => {
             const completion = this.completionCall(client, request, response, ttlMs, inTransaction);
-            try {
-              if (completion.text) {
-                const message = (call: string) => `${sqlMarker('complete-and-commit')} ${call}; COMMIT`;
-                await this.runMessage(client, message(completion.text), message(completion.template), completion.params, runner);
-              } else {
-                await this.run(undefined, completion.sql, completion.params, runner.manager, this.dataSource);
-                await client.query('COMMIT');
-              }
-            } catch (error) {
-              if ((error as { code?: unknown }).code !== FENCE_LOST_SQLSTATE) throw error;
-              // The message stopped before its COMMIT: end the aborted transaction here, since TypeORM will count it committed.
-              fenced = true;
-              await client.query('ROLLBACK');
+            if (completion.text) {
+              const message = (call: string) => `${sqlMarker('complete-and-commit')} ${call}; COMMIT`;
+              await this.runMessage(client, message(completion.text), message(completion.template), completion.params, runner);
+            } else {
+              await this.run(undefined, completion.sql, completion.params, runner.manager, this.dataSource);
+              await client.query('COMMIT');
             }
           });
-          if (fenced) {
-            await end();
-            return false;
-          }
           ended = true;
           await runner.release();
           return true;
         } catch (error) {
+          // The message stopped before its COMMIT; TypeORM's commitTransaction threw, so its subscribers were told of no
+          // commit, and the rollback below tells them of the rollback.
           await end();
+          if ((error as { code?: unknown }).code === FENCE_LOST_SQLSTATE) return false;
           throw error;
         }
       },
