@@ -178,7 +178,7 @@ export class IdempotencyService {
   }
 
   /** Runs `work` with the app's own transaction manager (if any) joined to the module's transaction. */
-  private joined<T>(manager: EntityManager, work: () => Promise<T>, ended?: Promise<TransactionOutcome>): Promise<T> {
+  private joined<T>(manager: EntityManager, work: () => Promise<T>, ended: Promise<TransactionOutcome>): Promise<T> {
     return this.appTransactions ? this.appTransactions.join(manager, work, ended) : work();
   }
 
@@ -195,8 +195,8 @@ export class IdempotencyService {
         context.scope = { tenant: work.tenant, key: work.key, generation: claim.generation };
         return idempotencyContext.run(context, () => work.run(phases, claim));
       },
-      enterPhase: (manager, fn) =>
-        idempotencyContext.run({ ...context, manager, transactional: true }, () => this.joined(manager, fn)),
+      enterPhase: (manager, fn, ended) =>
+        idempotencyContext.run({ ...context, manager, transactional: true }, () => this.joined(manager, fn, ended)),
     });
   }
 

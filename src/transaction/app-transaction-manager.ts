@@ -2,8 +2,9 @@ import { Inject, Injectable, Optional, type OnModuleInit } from '@nestjs/common'
 import type { DataSource, EntityManager } from 'typeorm';
 import { IDEMPOTENCY_DATA_SOURCE } from '../idempotency.constants.js';
 
-/** How the module's transaction ended: committed, rolled back, or unknown (the connection was lost during its COMMIT). */
-export type TransactionOutcome = 'committed' | 'rolled-back' | 'unknown';
+import type { TransactionOutcome } from '../core/phases.js';
+
+export type { TransactionOutcome } from '../core/phases.js';
 
 /**
  * The app's own transaction manager (`@nestjs-cls/transactional`,
@@ -28,11 +29,10 @@ export interface AppTransactionManager {
    * Runs `work` with `manager` (the module's transaction) as the app
    * manager's active transaction.
    *
-   * @param ended settles once the module's transaction has ended, after
-   *   `work`; absent for a phase of phased work, whose transaction ends
-   *   inside `Phases`
+   * @param ended settles once the module's transaction (or the phase's, for
+   *   phased work) has ended, after `work`
    */
-  join<T>(manager: EntityManager, work: () => Promise<T>, ended?: Promise<TransactionOutcome>): Promise<T>;
+  join<T>(manager: EntityManager, work: () => Promise<T>, ended: Promise<TransactionOutcome>): Promise<T>;
 }
 
 /** DI token of the module's `transactionManager` (or undefined). */

@@ -73,7 +73,7 @@ export function typeormTransactional(options: TypeormTransactionalOptions = {}):
       }
       common = loaded;
     },
-    join<T>(manager: EntityManager, work: () => Promise<T>, ended?: Promise<TransactionOutcome>): Promise<T> {
+    join<T>(manager: EntityManager, work: () => Promise<T>, ended: Promise<TransactionOutcome>): Promise<T> {
       if (!common || !context) {
         throw new IdempotencyConfigurationError(messages.transactionManager.notSetUp('typeormTransactional()'));
       }
@@ -84,7 +84,7 @@ export function typeormTransactional(options: TypeormTransactionalOptions = {}):
       return storage.run(() =>
         storage.run(async () => {
           setEntityManagerByDataSourceName(storage, name, manager);
-          if (ended) setHookInContext(storage, hookUntil(ended, getTransactionalOptions().maxHookHandlers));
+          setHookInContext(storage, hookUntil(ended, getTransactionalOptions().maxHookHandlers));
           try {
             return await work();
           } finally {
