@@ -158,6 +158,38 @@ describe.each(MANAGERS)('the app’s own transaction manager: %s', (manager) => 
       expect(await effects(label)).toEqual({ app: 2 });
     });
 
+    it('joins each phase’s transaction in a phased handler, and keeps the committed phases when it fails later', async () => {
+      const label = fresh('phased');
+      const response = await post(app.url, '/phased-transfers', { label }, `k-${label}`);
+
+      expect(response.status).toBe(201);
+      const [debit, credit] = response.json().phases;
+      expect(debit.app).toBe(debit.module);
+      expect(credit.app).toBe(credit.module);
+      expect(debit.module).not.toBe(credit.module);
+      expect(await effects(label)).toEqual({ app: 2 });
+      // typeorm-transactional's hooks follow each phase's transaction.
+      if (manager !== 'cls') expect(await app.line(new RegExp(`^hook (commit|rollback) ${label}$`))).toBe(`hook commit ${label}`);
+
+      const failing = fresh('phased-fail');
+      expect((await post(app.url, '/phased-transfers', { label: failing, fail: true }, `k-${failing}`)).status).toBe(500);
+      // Both phases committed with their recovery points before the handler failed; nothing else.
+      expect(await effects(failing)).toEqual({ app: 2 });
+    });
+
+    it('joins work run through IdempotencyService.execute (a job or a consumer), and rolls it back when it fails', async () => {
+      const label = fresh('job');
+      const response = await post(app.url, '/jobs', { label, key: `k-${label}` }, undefined);
+      expect(response.status).toBe(201);
+      expect(response.json().app).toBe(response.json().module);
+      expect(await effects(label)).toEqual({ app: 1 });
+      expect((await keyRow(`k-${label}`))?.status).toBe('completed');
+
+      const failing = fresh('job-fail');
+      expect((await post(app.url, '/jobs', { label: failing, key: `k-${failing}`, fail: true }, undefined)).status).toBe(500);
+      expect(await effects(failing)).toEqual({});
+    });
+
     it('rolls the @Transactional() method’s writes back when the handler fails after it returned', async () => {
       const label = fresh('fail');
       const response = await post(app.url, '/transfers', { label, fail: true }, `k-${label}`);

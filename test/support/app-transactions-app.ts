@@ -52,7 +52,15 @@ import {
 } from 'typeorm-transactional';
 import { clsTransactional } from '../../src/integrations/cls-transactional/index.js';
 import { typeormTransactional } from '../../src/integrations/typeorm-transactional/index.js';
-import { Idempotent, IdempotencyModule, TransactionHost, TxManager } from '../../src/index.js';
+import {
+  Idempotent,
+  IdempotencyModule,
+  IdempotencyService,
+  Phased,
+  TransactionHost,
+  TxManager,
+  type Phases,
+} from '../../src/index.js';
 
 const schema = process.env.APP_SCHEMA!;
 const manager = process.env.TX_MANAGER as 'cls' | 'typeorm-transactional' | 'typeorm-transactional-als';
@@ -145,6 +153,7 @@ class TransfersController {
   constructor(
     @Inject(LEDGER) private readonly ledger: Ledger,
     private readonly moduleTx: TransactionHost,
+    private readonly idempotency: IdempotencyService,
   ) {}
 
   /** Writes through the app's manager and through the module's own `TransactionHost`, and says in which transactions. */
@@ -180,6 +189,32 @@ class TransfersController {
   async nested(@Body() body: Body, @TxManager() tx: EntityManager) {
     const app = await this.ledger.recordTwice(body.label);
     return { label: body.label, app, module: await txid(tx) };
+  }
+
+  /** Two phases, each committed on its own: the app's method joins each phase's transaction. */
+  @Post('phased-transfers')
+  @Idempotent({ phases: true })
+  async phased(@Body() body: Body, @Phased() phases: Phases<EntityManager>) {
+    const first = await phases.run('debit', async (tx) => ({
+      app: await this.ledger.record(body.label),
+      module: await txid(tx),
+    }));
+    const second = await phases.run('credit', async (tx) => ({
+      app: await this.ledger.record(body.label),
+      module: await txid(tx),
+    }));
+    if (body.fail) throw new Error('the handler failed after its phases');
+    return { label: body.label, phases: [first, second] };
+  }
+
+  /** Work outside HTTP (a job, a consumer) through IdempotencyService.execute, keyed by the body. */
+  @Post('jobs')
+  job(@Body() body: Body & { key: string }) {
+    return this.idempotency.execute({ tenant: 'tenant-a', key: body.key, payload: body, label: 'job' }, async (manager) => {
+      const app = await this.ledger.record(body.label);
+      if (body.fail) throw new Error('the job failed after its writes');
+      return { label: body.label, app, module: await txid(manager) };
+    });
   }
 
   /** Not idempotent: the app's manager opens and commits its own transaction, as always. */
