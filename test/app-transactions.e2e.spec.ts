@@ -219,6 +219,19 @@ describe.each(MANAGERS)('the app’s own transaction manager: %s', (manager) => 
       },
     );
 
+    if (manager === 'cls') {
+      it('opens a savepoint in the module’s transaction for Propagation.Nested: rolled back alone, the rest committed with the key', async () => {
+        const label = fresh('savepoint');
+        const response = await post(app.url, '/savepoint-transfers', { label }, `k-${label}`);
+
+        expect(response.status).toBe(201);
+        expect(response.json().app).toBe(response.json().module);
+        expect(await effects(label)).toEqual({ app: 1 });
+        expect(await effects(`${label}-undone`)).toEqual({});
+        expect((await keyRow(`k-${label}`))?.status).toBe('completed');
+      });
+    }
+
     if (manager !== 'cls') {
       it('runs runOnTransactionCommit() hooks once the module’s transaction committed, and rollback hooks when the handler fails after the method', async () => {
         const committed = fresh('hooked');

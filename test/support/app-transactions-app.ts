@@ -25,6 +25,7 @@ import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { getDataSourceToken, InjectDataSource, InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
 import {
   ClsPluginTransactional,
+  Propagation,
   TransactionHost as ClsTransactionHost,
   Transactional as ClsTransactional,
 } from '@nestjs-cls/transactional';
@@ -102,6 +103,8 @@ interface Ledger {
   record(label: string, failAfter?: boolean): Promise<string>;
   /** A `@Transactional()` method that calls another one, as services do. */
   recordTwice(label: string): Promise<string[]>;
+  /** @nestjs-cls/transactional only: records `label`, then a `Nested` block that writes `<label>-undone` and throws. */
+  recordUndoingNested?(label: string): Promise<string>;
 }
 
 @Injectable()
@@ -117,6 +120,18 @@ class ClsLedger implements Ledger {
   @ClsTransactional()
   async recordTwice(label: string): Promise<string[]> {
     return [await this.record(label), await this.record(label)];
+  }
+
+  @ClsTransactional()
+  async recordUndoingNested(label: string): Promise<string> {
+    const id = await this.record(label);
+    await this.txHost
+      .withTransaction(Propagation.Nested, async () => {
+        await this.txHost.tx.getRepository(Effect).insert({ tenant: 'app', label: `${label}-undone` });
+        throw new Error('undo the nested block');
+      })
+      .catch(() => undefined);
+    return id;
   }
 }
 
@@ -188,6 +203,13 @@ class TransfersController {
   @Idempotent()
   async nested(@Body() body: Body, @TxManager() tx: EntityManager) {
     const app = await this.ledger.recordTwice(body.label);
+    return { label: body.label, app, module: await txid(tx) };
+  }
+
+  @Post('savepoint-transfers')
+  @Idempotent()
+  async savepoint(@Body() body: Body, @TxManager() tx: EntityManager) {
+    const app = await this.ledger.recordUndoingNested!(body.label);
     return { label: body.label, app, module: await txid(tx) };
   }
 
