@@ -77,11 +77,11 @@ class AppProcess {
   }
 }
 
-/** Effect rows the deferred trigger refuses at COMMIT: labelled `refuse-…`. */
+/** Effect rows the deferred trigger refuses at COMMIT: the app's own (the @Transactional() method's), labelled `refuse-…`. */
 async function installCommitJudge(db: pg.Client): Promise<void> {
   await db.query(`CREATE FUNCTION judge_effect() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
-      IF NEW.label LIKE 'refuse-%' THEN RAISE EXCEPTION 'effect % refused at commit', NEW.id USING ERRCODE = '23514'; END IF;
+      IF NEW.tenant = 'app' AND NEW.label LIKE 'refuse-%' THEN RAISE EXCEPTION 'effect % refused at commit', NEW.id USING ERRCODE = '23514'; END IF;
       RETURN NULL;
     END $$`);
   await db.query(`CREATE CONSTRAINT TRIGGER judge_effect AFTER INSERT ON effects

@@ -13,7 +13,7 @@
  * `runOnTransaction*` hooks print `hook <event> <label>`.
  *
  * Labels steer the handlers: the schema's deferred trigger refuses the COMMIT
- * of an effect labelled `refuse-…`; a route's `crash: true` kills the
+ * of an effect the app's method wrote labelled `refuse-…`; a route's `crash: true` kills the
  * process (SIGKILL, nothing settles) just before the module's COMMIT, unless
  * CRASH is `0`.
  */
