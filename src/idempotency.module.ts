@@ -38,6 +38,11 @@ import { Outbox } from './outbox/outbox.js';
 import { OutboxRelay } from './outbox/outbox-relay.js';
 import { DownstreamKeys } from './transaction/downstream-keys.js';
 import { TransactionHost } from './transaction/transaction-host.js';
+import {
+  AppTransactionManagerSetUp,
+  IDEMPOTENCY_TRANSACTION_MANAGER,
+  type AppTransactionManager,
+} from './transaction/app-transaction-manager.js';
 import { EffectLedger } from './ledger/effect-ledger.js';
 import { IdempotentMessageInterceptor } from './rpc/idempotent-message.interceptor.js';
 import { IdempotentResolverInterceptor } from './graphql/idempotent-resolver.interceptor.js';
@@ -78,6 +83,13 @@ export class IdempotencyModule extends ConfigurableModuleClass {
     if (extras.dataSource !== undefined && (typeof extras.dataSource !== 'string' || extras.dataSource === '')) {
       throw new IdempotencyConfigurationError(messages.config.dataSource);
     }
+    const appTransactions = extras.transactionManager as Partial<AppTransactionManager> | undefined;
+    if (
+      appTransactions !== undefined &&
+      (typeof appTransactions?.join !== 'function' || typeof appTransactions.setUp !== 'function')
+    ) {
+      throw new IdempotencyConfigurationError(messages.transactionManager.invalid);
+    }
     const providers: Provider[] = [
       {
         provide: IDEMPOTENCY_OPTIONS,
@@ -112,6 +124,9 @@ export class IdempotencyModule extends ConfigurableModuleClass {
               }),
             inject: [IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS, IDEMPOTENCY_CLAIM_DATA_SOURCE],
           },
+      // A factory, since a value provider cannot be undefined.
+      { provide: IDEMPOTENCY_TRANSACTION_MANAGER, useFactory: () => extras.transactionManager },
+      AppTransactionManagerSetUp,
       IdempotencyService,
       TransactionHost,
       DownstreamKeys,

@@ -6,8 +6,10 @@
  * tied to an optional peer have subpaths of their own, so an app that does not
  * use them loads none of their code: `nest-idempotency-pg/health` (Terminus),
  * `/openapi` (Swagger), `/graphql` (the GraphQL errors), `/outbound` (derived
- * keys on fetch and axios calls), `/jetstream` (NATS JetStream), and `/client`
- * (the retrying client, without Nest).
+ * keys on fetch and axios calls), `/jetstream` (NATS JetStream),
+ * `/cls-transactional` and `/typeorm-transactional` (the app's own transaction
+ * manager joins the handler's transaction), and `/client` (the retrying
+ * client, without Nest).
  */
 export { IdempotencyModule } from './idempotency.module.js';
 export type { IdempotencyModuleExtras } from './idempotency.module-definition.js';
@@ -38,6 +40,7 @@ export { migratingDataSourceFactory, runMigrationsWithLock, type RunMigrationsOp
 export { createIdempotencyKeyEntity, IdempotencyKeyEntity } from './store/idempotency-key.entity.js';
 export { IdempotencySweeper, type SweepReport } from './sweeper/idempotency.sweeper.js';
 export { TransactionHost } from './transaction/transaction-host.js';
+export type { AppTransactionManager, TransactionOutcome } from './transaction/app-transaction-manager.js';
 export { TxManager } from './transaction/tx-manager.decorator.js';
 export { Phased } from './transaction/phased.decorator.js';
 export { DownstreamKeys } from './transaction/downstream-keys.js';

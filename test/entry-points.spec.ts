@@ -34,6 +34,9 @@ const SUBPATHS: Array<[subpath: string, source: string, staticPeers: string[]]> 
   ['./openapi', 'src/openapi/index.ts', []],
   ['./graphql', 'src/graphql/index.ts', []],
   ['./outbound', 'src/outbound/index.ts', []],
+  // The app's own transaction managers: their packages are loaded at start-up, only when one is the module's transactionManager.
+  ['./cls-transactional', 'src/integrations/cls-transactional/index.ts', []],
+  ['./typeorm-transactional', 'src/integrations/typeorm-transactional/index.ts', []],
 ];
 
 describe('the root entry (nest-idempotency-pg)', () => {
@@ -59,7 +62,7 @@ describe('the root entry (nest-idempotency-pg)', () => {
 
   it('holds no integration that has a subpath: no health, OpenAPI or outbound code, and no subpath entry', () => {
     const { files } = importGraph('src/index.ts', true);
-    expect(files.filter((file) => /^src\/(health|openapi|outbound|client|rpc\/jetstream)\//.test(file))).toEqual([]);
+    expect(files.filter((file) => /^src\/(health|openapi|outbound|client|rpc\/jetstream|integrations)\//.test(file))).toEqual([]);
     // GraphQL mutations are an entry point of @Idempotent(), like HTTP routes: the interceptor and its errors, no package.
     expect(files.filter((file) => file.startsWith('src/graphql/')).sort()).toEqual([
       'src/graphql/graphql-problem.ts',
@@ -75,6 +78,8 @@ describe('the root entry (nest-idempotency-pg)', () => {
       openapi: Object.keys(await import('../src/openapi/index.js')),
       graphql: Object.keys(await import('../src/graphql/index.js')),
       outbound: Object.keys(await import('../src/outbound/index.js')),
+      clsTransactional: Object.keys(await import('../src/integrations/cls-transactional/index.js')),
+      typeormTransactional: Object.keys(await import('../src/integrations/typeorm-transactional/index.js')),
     };
     for (const [subpath, names] of Object.entries(subpaths)) {
       expect({ subpath, shared: names.filter((name) => root.includes(name)) }).toEqual({ subpath, shared: [] });
@@ -89,6 +94,8 @@ describe('the root entry (nest-idempotency-pg)', () => {
         'attachDownstreamKeys',
         'downstreamPurpose',
       ]),
+      clsTransactional: ['clsTransactional'],
+      typeormTransactional: ['typeormTransactional'],
     });
   });
 });
@@ -121,6 +128,9 @@ describe('the subpaths', () => {
       '@nestjs/microservices',
       '@nestjs/schedule',
       '@opentelemetry/api',
+      'nestjs-cls',
+      '@nestjs-cls/transactional',
+      'typeorm-transactional',
     ]) {
       expect({ name, peer: typeof manifest.peerDependencies[name], optional: optionalPeers.includes(name) }).toEqual({
         name,

@@ -21,7 +21,7 @@ import {
   StoreUnavailableError,
 } from './errors.js';
 import { SILENT_OBSERVER, type EngineObserver, type IdempotencyOutcome } from './observer.js';
-import { Phases } from './phases.js';
+import { Phases, type TransactionOutcome } from './phases.js';
 
 export type { ClaimMode } from './idempotency-store.js';
 
@@ -91,8 +91,11 @@ export interface IdempotentWork<Tx, R> extends WorkScope {
 export interface PhasedWork<Tx, R> extends WorkScope {
   /** Runs with no surrounding transaction: each phase opens its own. `response` is stored once it returns. */
   run: (phases: Phases<Tx>, claim: ClaimInfo) => Promise<{ response: StoredResponse; result: R }>;
-  /** Wraps each phase's work, e.g. to expose its transaction through AsyncLocalStorage. */
-  enterPhase?: <T>(tx: Tx, fn: () => Promise<T>) => Promise<T>;
+  /**
+   * Wraps each phase's work, e.g. to expose its transaction through
+   * AsyncLocalStorage; `ended` settles once the phase's transaction has ended.
+   */
+  enterPhase?: <T>(tx: Tx, fn: () => Promise<T>, ended: Promise<TransactionOutcome>) => Promise<T>;
 }
 
 export type EngineOutcome<R> =

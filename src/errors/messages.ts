@@ -290,6 +290,45 @@ export const messages = {
     pullFailed: (stream: string, consumer: string, reason: string, retryMs: number) =>
       `JetStreamServer: pulling messages from ${stream}/${consumer} failed (${reason}); trying again in ${retryMs} ms.`,
   },
+  /** The app's own transaction manager (the module's `transactionManager`). */
+  transactionManager: {
+    invalid:
+      'IdempotencyModule: `transactionManager` must be what clsTransactional() (nest-idempotency-pg/cls-transactional) or ' +
+      'typeormTransactional() (nest-idempotency-pg/typeorm-transactional) returns, or an object with setUp() and join().',
+    notSetUp: (name: string) =>
+      `${name} was used before IdempotencyModule set it up at start-up: give it to IdempotencyModule.forRoot({ ` +
+      'transactionManager }) (or forRootAsync), and start the app with app.init() or app.listen().',
+    clsMissing:
+      'clsTransactional() needs nestjs-cls and @nestjs-cls/transactional with its TypeORM adapter: ' +
+      'npm i nestjs-cls @nestjs-cls/transactional @nestjs-cls/transactional-adapter-typeorm.',
+    clsNoHost: (connectionName: string | undefined) =>
+      `clsTransactional(): no TransactionHost${connectionName ? ` for connectionName "${connectionName}"` : ''} is registered. ` +
+      'Register the plugin as its docs say: ClsModule.forRoot({ global: true, plugins: [new ClsPluginTransactional({ ' +
+      `imports: [TypeOrmModule], ${connectionName ? `connectionName: '${connectionName}', ` : ''}adapter: new ` +
+      'TransactionalAdapterTypeOrm({ dataSourceToken: getDataSourceToken() }) })] }), and give clsTransactional() the same ' +
+      'connectionName.',
+    clsUnsupported:
+      'clsTransactional(): this version of @nestjs-cls/transactional has no TransactionHost#setTxInstance, which the module ' +
+      'uses to make its transaction the active one. Use @nestjs-cls/transactional 3.x (3.3 is tested).',
+    clsOtherDataSource: (connectionName: string | undefined) =>
+      `clsTransactional(): the TransactionHost${connectionName ? ` "${connectionName}"` : ''} does not manage the data source ` +
+      "IdempotencyModule uses, so its transactions could not be the module's. Give TransactionalAdapterTypeOrm the " +
+      "dataSourceToken of the module's data source (getDataSourceToken(name) for IdempotencyModule's `dataSource`), or " +
+      'name the right connectionName.',
+    typeormTransactionalMissing: 'typeormTransactional() needs typeorm-transactional: npm i typeorm-transactional.',
+    typeormTransactionalNotInitialized:
+      'typeormTransactional(): typeorm-transactional is not initialised. Call initializeTransactionalContext() before ' +
+      'NestFactory.create(), and register the data source with addTransactionalDataSource(dataSource) (e.g. in ' +
+      "TypeOrmModule.forRootAsync's dataSourceFactory), as its docs say.",
+    typeormTransactionalNoDataSource: (name: string) =>
+      `typeormTransactional(): no data source named "${name}" was registered with typeorm-transactional. Call ` +
+      `addTransactionalDataSource(${name === 'default' ? 'dataSource' : `{ name: '${name}', dataSource }`}) for the data ` +
+      'source IdempotencyModule uses, or give typeormTransactional({ dataSourceName }) the name it was registered under.',
+    typeormTransactionalOtherDataSource: (name: string) =>
+      `typeormTransactional(): the data source registered as "${name}" with typeorm-transactional is not the one ` +
+      "IdempotencyModule uses, so its transactions could not be the module's. Register the module's data source, or give " +
+      'typeormTransactional({ dataSourceName }) the name it was registered under.',
+  },
   /** Idempotent GraphQL mutations (`@Idempotent()` on a resolver). */
   graphql: {
     noRequest:
