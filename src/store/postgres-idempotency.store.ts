@@ -366,7 +366,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       try {
         await runner.startTransaction();
       } catch (error) {
-        await this.abandon(runner);
+        await this.abandon(runner, error);
         // BEGIN failed, so the work never ran: give the claim back, so a retry need not wait out the lease.
         await this.release(request).catch(() => false);
         throw error;
@@ -417,7 +417,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
         if (results) rows = results[mode === 'separate' ? 2 : 1].rows as ClaimRow[];
       });
     } catch (error) {
-      await this.abandon(runner);
+      await this.abandon(runner, error);
       // The claim may have committed before the connection was lost: give it back if the store still answers.
       if (mode === 'separate') await this.release(request).catch(() => false);
       throw error;
@@ -449,9 +449,9 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
    */
   private openAttempt(runner: QueryRunner, request: ClaimRequest, inTransaction: boolean): OpenAttempt<EntityManager> {
     let ended = false;
-    const end = async () => {
+    const end = async (failure?: unknown) => {
       ended = true;
-      await this.abandon(runner);
+      await this.abandon(runner, failure);
     };
     return {
       tx: runner.manager,
@@ -474,7 +474,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
         } catch (error) {
           // The message stopped before its COMMIT; TypeORM's commitTransaction threw, so its subscribers were told of no
           // commit, and the rollback below tells them of the rollback.
-          await end();
+          await end(error);
           if ((error as { code?: unknown }).code === FENCE_LOST_SQLSTATE) return false;
           throw error;
         }
@@ -489,7 +489,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
             return true;
           } catch (error) {
             if (this.isUnavailableError(error)) {
-              await end();
+              await end(error);
               throw error;
             }
           }
@@ -545,8 +545,21 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     }
   }
 
-  /** Rolls back whatever `runner` has open, and gives its connection back; never throws. */
-  private async abandon(runner: QueryRunner): Promise<void> {
+  /**
+   * Rolls back whatever `runner` has open, and gives its connection back;
+   * never throws. After `failure` that says the connection is gone, nothing
+   * is sent on it (a dead pg client can queue a ROLLBACK for ever) and the
+   * pool is told to drop it rather than hand it to the next caller.
+   */
+  private async abandon(runner: QueryRunner, failure?: unknown): Promise<void> {
+    if (failure !== undefined && this.isUnavailableError(failure)) {
+      if (runner.isReleased) return;
+      // TypeORM's own path for a connection that errored: passes the error on to the pool, which destroys the client.
+      const release = (runner as unknown as { releasePostgresConnection?: (error: unknown) => Promise<void> })
+        .releasePostgresConnection;
+      await (release ? release.call(runner, failure) : runner.release()).catch(() => undefined);
+      return;
+    }
     try {
       if (runner.isTransactionActive && !runner.isReleased) await runner.rollbackTransaction();
     } catch {
