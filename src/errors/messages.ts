@@ -99,6 +99,9 @@ export const messages = {
       'The idempotency store failed to record the outcome of this request, so it was rolled back. Retry with the same key.',
     unrepresentableBody: (reason: string) =>
       `The request cannot be checked against its idempotency key: ${reason}. Nothing was processed; fix the body and retry.`,
+    responseTooLarge: (route: string, maxBytes: number) =>
+      `The response of ${route} is larger than its maxResponseBytes (${maxBytes} bytes), so it cannot be stored for retries. ` +
+      'Nothing was processed: the request was rolled back and its idempotency key released.',
   },
   log: {
     tenantUnresolved: (route: string) =>
@@ -110,6 +113,14 @@ export const messages = {
     storeFailed: (route: string) =>
       `The idempotency store failed for ${route} after the handler succeeded; the request was rolled back and answered 500.`,
     leaseLost: (route: string, key: string) => `Lease on key ${key} was lost for ${route}; the attempt was rolled back.`,
+    responseTooLarge: (route: string, maxBytes: number) =>
+      `@Idempotent() route ${route} answered with more than its maxResponseBytes (${maxBytes} bytes). The response was ` +
+      'neither held nor stored: the work rolled back, the key was released and the client got a 500 problem. Raise ' +
+      '`maxResponseBytes` on the route (@Idempotent({ maxResponseBytes })) or the module, or make the response smaller.',
+  },
+  /** What the response capture reports about a response it cannot hold. */
+  capture: {
+    responseTooLarge: (maxBytes: number) => `The response is larger than maxResponseBytes (${maxBytes} bytes).`,
   },
   /** The outbox relay's errors and logs; they name a message by id and topic, never by payload. */
   outbox: {

@@ -15,6 +15,7 @@ export const ProblemType = {
   unavailable: `${PROBLEM_TYPE_BASE}store-unavailable`,
   tenantUnresolved: `${PROBLEM_TYPE_BASE}tenant-unresolved`,
   unreplayable: `${PROBLEM_TYPE_BASE}unreplayable-response`,
+  responseTooLarge: `${PROBLEM_TYPE_BASE}response-too-large`,
   unrepresentableBody: `${PROBLEM_TYPE_BASE}unrepresentable-body`,
   storeFailed: `${PROBLEM_TYPE_BASE}store-error`,
 } as const;
@@ -124,6 +125,17 @@ export const problems = {
         HttpStatus.INTERNAL_SERVER_ERROR,
         messages.problems.storeFailed,
       ),
+    ),
+  responseTooLarge: (route: string, maxBytes: number, cause: unknown) =>
+    new IdempotencyProblemException(
+      problem(
+        ProblemType.responseTooLarge,
+        'Response too large to store',
+        HttpStatus.INTERNAL_SERVER_ERROR,
+        messages.problems.responseTooLarge(route, maxBytes),
+      ),
+      undefined,
+      { cause },
     ),
   unreplayable: (cause: unknown) =>
     new IdempotencyProblemException(
