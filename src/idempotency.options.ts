@@ -396,10 +396,10 @@ export function resolveRouteOptions(
     options.maxDeliveries ?? defaults?.maxDeliveries ?? DEFAULT_MAX_DELIVERIES,
     `${where}: maxDeliveries`,
   );
-  const maxResponseBytes = positiveInteger(
-    options.maxResponseBytes ?? defaults?.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES,
-    `${where}: maxResponseBytes`,
-  );
+  const maxResponseBytes = options.maxResponseBytes ?? defaults?.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
+  if (!Number.isSafeInteger(maxResponseBytes) || maxResponseBytes < 1) {
+    throw new IdempotencyConfigurationError(messages.config.maxResponseBytes(where, maxResponseBytes));
+  }
   return {
     required,
     ttlMs,

@@ -37,6 +37,9 @@ export const messages = {
     duration: (name: string, value: unknown) =>
       `${name} must be a positive whole number of milliseconds or a duration string with its unit such as '30s', '500ms' or '24h', got ${JSON.stringify(value)}.`,
     boolean: (name: string) => `${name} must be true or false.`,
+    maxResponseBytes: (where: string, value: unknown) =>
+      `${where}: maxResponseBytes must be a whole number of bytes, 1 or more (the default is 1048576, 1 MiB), got ` +
+      `${typeof value === 'string' ? JSON.stringify(value) : String(value)}.`,
     claimMode: (where: string, value: unknown) =>
       `${where}: claimMode must be 'separate' or 'request-transaction', got ${JSON.stringify(value)}.`,
     phasesInRequestTransaction: (where: string) =>
