@@ -107,6 +107,14 @@ function expectProblem(res: RawResponse, status: number, type: string): Record<s
 type Accepts = string | undefined;
 const NONE: Accepts = undefined;
 
+/** One POST of JSON, with a key and an Accept-Encoding when given. */
+function post(app: PluggedApp, path: string, key: string | undefined, body: unknown, accepts: Accepts = NONE) {
+  const headers: Array<[string, string]> = [];
+  if (key !== undefined) headers.push(['Idempotency-Key', key]);
+  if (accepts !== undefined) headers.push(['Accept-Encoding', accepts]);
+  return send(app.url, 'POST', path, { headers, body });
+}
+
 describe.each(ADAPTERS)('an app with helmet, compression, a session and a digest over %s', (adapter) => {
   let plain: PluggedApp;
   let shop: PluggedApp;
@@ -136,13 +144,6 @@ describe.each(ADAPTERS)('an app with helmet, compression, a session and a digest
     Number((await shopDb.query('SELECT count(*) FROM effects WHERE label = $1', [label])).rows[0].count);
   const keyRow = async (key: string) =>
     (await shopDb.query('SELECT * FROM idempotency_keys WHERE tenant_id = $1 AND key = $2', [PLUGGED_TENANT, key])).rows[0];
-
-  const post = (app: PluggedApp, path: string, key: string | undefined, body: unknown, accepts: Accepts = NONE) => {
-    const headers: Array<[string, string]> = [];
-    if (key !== undefined) headers.push(['Idempotency-Key', key]);
-    if (accepts !== undefined) headers.push(['Accept-Encoding', accepts]);
-    return send(app.url, 'POST', path, { headers, body });
-  };
 
   describe('each answer, first or replayed, is encoded for its own request and is what the app answers alone', () => {
     const routes: Array<[string, number]> = [
@@ -311,5 +312,53 @@ describe.each(ADAPTERS)('an app with helmet, compression, a session and a digest
         expect(lines.filter((line) => line.includes(key) || line.includes(over.label))).toEqual([]);
       },
     );
+  });
+});
+
+describe.each(ADAPTERS)('the same app built through Test.createTestingModule over %s', (adapter) => {
+  // Its providers exist before the HTTP adapter does, so the module can only hook into the platform once the app initialises.
+  let plain: PluggedApp;
+  let shop: PluggedApp;
+  let n = 0;
+  const fresh = () => `${adapter}-testing-${Date.now()}-${++n}`;
+
+  beforeAll(async () => {
+    const plainSchema = await freshSchema(`plugged_testing_plain_${adapter}`);
+    const shopSchema = await freshSchema(`plugged_testing_module_${adapter}`);
+    await Promise.all([createTables(plainSchema), createTables(shopSchema)]);
+    [plain, shop] = await Promise.all([
+      startPluggedApp(adapter, plainSchema, false, { testingModule: true }),
+      startPluggedApp(adapter, shopSchema, true, { testingModule: true }),
+    ]);
+  });
+
+  afterAll(async () => {
+    await Promise.all([plain?.close(), shop?.close()]);
+  });
+
+  it('the first answer (gzip) and its replay (none asked) are each encoded for their own request, as the app answers alone', async () => {
+    const label = fresh();
+    const key = `idem-${randomUUID()}`;
+    const twinFirst = await post(plain, '/orders', key, { label }, 'gzip');
+    const first = await post(shop, '/orders', key, { label }, 'gzip');
+    const twinRetry = await post(plain, '/orders', key, { label });
+    const replay = await post(shop, '/orders', key, { label });
+    expect(first.headers['content-encoding']).toBe('gzip');
+    expect(replay.headers['content-encoding']).toBeUndefined();
+    expectSameAnswer(first, twinFirst);
+    expectReplayOf(replay, twinRetry);
+    for (const res of [first, replay]) {
+      expectTheAppsCookies(res);
+      expectDigestOfBody(res);
+    }
+  });
+
+  it("the module's 400 carries the app's cookies and security headers", async () => {
+    const label = fresh();
+    const twin = await post(plain, '/orders', undefined, { label });
+    const res = await post(shop, '/orders', undefined, { label });
+    expectProblem(res, 400, ProblemType.missingKey);
+    expectAppWideHeadersOf(res, twin);
+    expectDigestOfBody(res);
   });
 });

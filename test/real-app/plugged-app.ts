@@ -18,6 +18,7 @@ import {
 import { APP_PIPE, HttpAdapterHost, NestFactory } from '@nestjs/core';
 import { ExpressAdapter, type NestExpressApplication } from '@nestjs/platform-express';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
+import { Test } from '@nestjs/testing';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import fastifyCompress from '@fastify/compress';
 import fastifyCookie from '@fastify/cookie';
@@ -187,7 +188,12 @@ export interface PluggedApp {
  * and a `Content-Digest` computed from the body as it leaves. With
  * `idempotency: false` it is the same app without `IdempotencyModule`.
  */
-export async function startPluggedApp(adapter: AdapterName, schema: string, idempotency: boolean): Promise<PluggedApp> {
+export async function startPluggedApp(
+  adapter: AdapterName,
+  schema: string,
+  idempotency: boolean,
+  { testingModule = false }: { testingModule?: boolean } = {},
+): Promise<PluggedApp> {
   const nestLog = new CapturingNestLogger();
   const withoutModule: Provider[] = [
     {
@@ -212,12 +218,15 @@ export async function startPluggedApp(adapter: AdapterName, schema: string, idem
   })
   class PluggedModule {}
 
+  // As an app's main.ts builds it, or as its e2e tests do (the module's providers then exist before the adapter).
+  const testing = testingModule ? await Test.createTestingModule({ imports: [PluggedModule] }).compile() : undefined;
+  const create = async <T extends INestApplication>(httpAdapter: ExpressAdapter | FastifyAdapter): Promise<T> =>
+    testing
+      ? testing.createNestApplication<T>(httpAdapter, { logger: nestLog })
+      : NestFactory.create<T>(PluggedModule, httpAdapter, { logger: nestLog, abortOnError: false });
   let app: INestApplication;
   if (adapter === 'express') {
-    const express = await NestFactory.create<NestExpressApplication>(PluggedModule, new ExpressAdapter(), {
-      logger: nestLog,
-      abortOnError: false,
-    });
+    const express = await create<NestExpressApplication>(new ExpressAdapter());
     express.use(helmet());
     express.use(compression());
     express.use(expressSession({ name: SESSION_COOKIE, secret: SESSION_SECRET, resave: false, saveUninitialized: true }));
@@ -234,10 +243,7 @@ export async function startPluggedApp(adapter: AdapterName, schema: string, idem
     express.use(digestMiddleware);
     app = express;
   } else {
-    const fastify = await NestFactory.create<NestFastifyApplication>(PluggedModule, new FastifyAdapter(), {
-      logger: nestLog,
-      abortOnError: false,
-    });
+    const fastify = await create<NestFastifyApplication>(new FastifyAdapter());
     await fastify.register(fastifyHelmet);
     await fastify.register(fastifyCompress);
     await fastify.register(fastifyCookie);
