@@ -312,6 +312,20 @@ describe.each(ADAPTERS)('an app with helmet, compression, a session and a digest
         expect(lines.filter((line) => line.includes(key) || line.includes(over.label))).toEqual([]);
       },
     );
+
+    it("an error the app renders past the limit (the handler's 402) is refused the same way, not stored", async () => {
+      const declined = { label: fresh(), size: SIZED_LIMIT };
+      const key = newKey();
+      const twin = await post(plain, '/orders/declined-sized', key, declined);
+      expect(twin.status).toBe(402);
+      expect(twin.body.length).toBeGreaterThan(SIZED_LIMIT);
+      const refused = await post(shop, '/orders/declined-sized', key, declined);
+      const problem = expectProblem(refused, 500, ProblemType.responseTooLarge);
+      expect(problem.detail).toContain('OrdersController.declinedSized');
+      expectAppWideHeadersOf(refused, twin);
+      expect(await keyRow(key)).toBeUndefined();
+      expect(await effects(declined.label)).toBe(0);
+    });
   });
 });
 

@@ -93,7 +93,12 @@ export class FastifyCaptureHook implements OnModuleInit {
     if (!adapter || adapter.getType() !== 'fastify') return;
     const instance = adapter.getInstance<{ addHook(name: 'onSend', hook: typeof captureOnSend): unknown }>();
     if (hooked.has(instance)) return;
-    instance.addHook('onSend', captureOnSend);
+    try {
+      instance.addHook('onSend', captureOnSend);
+    } catch {
+      // Started already (a module loaded lazily after listen()): its replies are held at reply.raw instead.
+      return;
+    }
     hooked.add(instance);
   }
 }

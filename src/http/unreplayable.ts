@@ -3,8 +3,8 @@ import { messages } from '../errors/messages.js';
 
 /** Thrown when a handler returns a value that cannot be stored as bytes (a stream, an async iterable). */
 export class UnreplayableResponseError extends Error {
-  constructor(what: string) {
-    super(`The handler returned ${what}, which cannot be stored and replayed.`);
+  constructor(what: string, message = `The handler returned ${what}, which cannot be stored and replayed.`) {
+    super(message);
     this.name = 'UnreplayableResponseError';
   }
 }
@@ -17,8 +17,7 @@ export class UnreplayableResponseError extends Error {
  */
 export class ResponseTooLargeError extends UnreplayableResponseError {
   constructor(readonly maxBytes: number) {
-    super('a response');
-    this.message = messages.capture.responseTooLarge(maxBytes);
+    super('a response too large to store', messages.capture.responseTooLarge(maxBytes));
     this.name = 'ResponseTooLargeError';
   }
 }

@@ -161,6 +161,14 @@ export function orderControllers({ Idempotent }: IdempotencyDecorators): Type[] 
       return 'x'.repeat(dto.size ?? 0);
     }
 
+    /** A declined card whose error body (`size` bytes of advice and more) is rendered past SIZED_LIMIT. */
+    @Post('declined-sized')
+    @Idempotent({ maxResponseBytes: SIZED_LIMIT })
+    async declinedSized(@Body() dto: OrderDto): Promise<never> {
+      await this.book.record(dto.label);
+      throw new HttpException({ message: 'Your card was declined.', advice: 'z'.repeat(dto.size ?? 0) }, 402);
+    }
+
     /** `size` bytes of CSV under the module's default limit (1 MiB). */
     @Post('export')
     @Idempotent()
