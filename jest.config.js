@@ -1,7 +1,10 @@
 /**
  * Jest runs in native ESM mode: every @nestjs/* 12 package is ESM-only, which
- * the default CommonJS mode cannot load on Node 20 (see TOOLCHAIN notes in the
- * README). Type-checking is `tsc --noEmit`, run by `npm run typecheck`.
+ * the default CommonJS mode cannot load on Node 20, and transforming
+ * node_modules does not help (`import.meta`). Hence ts-jest with `useESM`,
+ * the `.js`-stripping mapper, tsconfig.test.json and
+ * `NODE_OPTIONS=--experimental-vm-modules` (README.md, "Development").
+ * Type-checking is `tsc --noEmit`, run by `npm run typecheck`.
  * @type {import('jest').Config}
  */
 export default {
@@ -15,6 +18,8 @@ export default {
   testPathIgnorePatterns: ['/node_modules/', '<rootDir>/test/reliability/'],
   globalSetup: '<rootDir>/test/support/global-setup.ts',
   globalTeardown: '<rootDir>/test/support/global-teardown.ts',
+  // After the summary: the suites a missing message broker kept from running, and how to run them.
+  reporters: ['default', '<rootDir>/test/support/not-run-reporter.js'],
   testTimeout: 60_000,
   maxWorkers: 2,
 };

@@ -11,9 +11,12 @@
  *   POST /bare/charges   the handler opens a TypeORM transaction itself; no module
  *   POST /idem/charges   @Idempotent(): the module claims, opens the transaction, completes
  *   POST /idem-rt/charges  @Idempotent({ claimMode: 'request-transaction' }): claim inside the transaction
- *   POST /floor/charges  the module's protocol written by hand on pg (its own claim and completion SQL)
- *   POST /floor-prepared/charges  the same, with claim and completion as named prepared statements
- *   POST /nodb/charges   no database work at all
+ *   POST /floor/charges  the module's protocol written by hand on pg (its own claim and completion SQL),
+ *                        in 3 round trips: `BEGIN; claim; COMMIT; BEGIN`, the INSERT, `complete; COMMIT`
+ *   POST /floor-sync-claim/charges  the same, with the claim's commit waiting for its WAL flush
+ *   POST /floor-5rt/charges  the earlier protocol, one statement per round trip (claim, BEGIN, INSERT, complete, COMMIT)
+ *   POST /floor-prepared/charges  that one with claim and completion as named prepared statements
+ *   POST /nodb/charges   no database work at all (it waits `delayMs` when given, as the handler does)
  * The realistic routes run `createRealisticCharge` (a read, three inserts
  * and a call to the slow service, all inside the transaction):
  *   POST /bare/realistic   in a plain TypeORM transaction; no module
@@ -43,8 +46,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
 import type { DataSource, EntityManager, Logger as TypeOrmLogger } from 'typeorm';
 import { DEFAULT_LEASE_MS, DEFAULT_TTL_MS } from '../src/idempotency.constants.js';
-import { keyStoreStatements } from '../src/store/key-store.sql.js';
-import { quoteTableName } from '../src/store/sql.js';
+import { FENCE_LOST_SQLSTATE, keyStoreStatements } from '../src/store/key-store.sql.js';
+import { quoteTableName } from '../src/store/identifiers.js';
 import { Idempotent, IdempotencyModule, TxManager } from '../src/index.js';
 import { CHARGES_TABLE, CUSTOMERS_TABLE, EVENTS_TABLE, KEY_TABLE, LEDGER_TABLE } from './database.js';
 import {
@@ -120,7 +123,12 @@ async function createRealisticCharge(query: Query, body: ChargeBody, serviceUrl:
   return chargeView(String(row.id), row.created_at as Date, body);
 }
 
-/** Counts the statements the app sends, only while the runner asks (the round trips of one request). */
+/**
+ * Counts the round trips the app makes, only while the runner asks (those of
+ * one request): one entry per query TypeORM logs, and per query the floor
+ * sends. A multi-statement simple query (`BEGIN; ...; COMMIT; BEGIN`) is one
+ * message and one answer, so it is logged, and counted, once.
+ */
 class RoundTripCounter implements TypeOrmLogger {
   private recording?: string[];
   start(): void {
@@ -204,13 +212,32 @@ type Statement = string | { name: string; text: string };
 type ClaimRow = { state: string; response_status: number | null; response_body: Buffer | null };
 
 /**
+ * How the floor talks to PostgreSQL:
+ * - `roundTrips: 3` is the module's new-key protocol: `BEGIN; claim; COMMIT; BEGIN`
+ *   as one simple-protocol message, the handler's INSERT, then `complete; COMMIT`
+ *   as one message. `asyncClaimCommit` commits the claim with
+ *   `synchronous_commit = off` (the business COMMIT that follows flushes its WAL),
+ *   as the module does; without it the claim waits for its own flush, which only
+ *   a server with durable commits can show.
+ * - `roundTrips: 5` is the earlier protocol, one statement per round trip (claim,
+ *   BEGIN, INSERT, completion, COMMIT); `prepared` sends claim and completion as
+ *   named prepared statements, which only the extended protocol can carry.
+ */
+type FloorProtocol = { roundTrips: 3; asyncClaimCommit: boolean } | { roundTrips: 5; prepared: boolean };
+
+type Outcome = { replayed: boolean; status: number; value: object };
+
+/**
  * The floor: what a careful developer would write by hand on pg, with the
  * library's own claim and completion statements (read from the store, so they
- * cannot drift), BEGIN, the same insert, and COMMIT on one pooled client.
+ * cannot drift), the same insert, and the same transactions, on one pooled
+ * client. "module / floor" compares equal protocols, so it measures the
+ * module's own layers and nothing else.
  */
 class HandWrittenIdempotency {
   private readonly claimSql: string;
   private readonly completeSql: string;
+  private readonly completeOrRaiseSql: string;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -219,6 +246,60 @@ class HandWrittenIdempotency {
     const statements = keyStoreStatements(quoteTableName(KEY_TABLE));
     this.claimSql = expectParameters(statements.claim, 7, 'claim');
     this.completeSql = expectParameters(statements.complete, 7, 'complete');
+    this.completeOrRaiseSql = expectParameters(statements.completeOrRaise, 7, 'completeOrRaise');
+  }
+
+  run(key: string, fingerprint: string, work: (query: Query) => Promise<object>, protocol: FloorProtocol): Promise<Outcome> {
+    const ownerToken = randomUUID();
+    const claimParams = [TENANT, key, fingerprint, ownerToken, DEFAULT_LEASE_MS, DEFAULT_TTL_MS, null];
+    const complete = (value: object) => {
+      const stored = Buffer.from(JSON.stringify(value), 'utf8');
+      const headers = JSON.stringify([['content-type', 'application/json; charset=utf-8']]);
+      return [TENANT, key, ownerToken, 201, headers, stored, DEFAULT_TTL_MS];
+    };
+    return protocol.roundTrips === 3
+      ? this.runInThreeRoundTrips(claimParams, complete, work, protocol.asyncClaimCommit)
+      : this.runInFiveRoundTrips(claimParams, complete, work, protocol.prepared);
+  }
+
+  private async runInThreeRoundTrips(
+    claimParams: unknown[],
+    completeParams: (value: object) => unknown[],
+    work: (query: Query) => Promise<object>,
+    asyncClaimCommit: boolean,
+  ): Promise<Outcome> {
+    const client = await this.pool.connect();
+    // Known to be outside any transaction block (committed or rolled back): nothing to roll back on an error.
+    let settled = false;
+    let broken: Error | undefined;
+    try {
+      // The claim commits alone (duplicates on other connections must see it), and the
+      // business transaction opens, in one message. SET LOCAL lasts for the claim's transaction only.
+      const claimStatement = inline(client, this.claimSql, claimParams);
+      const claimMessage = asyncClaimCommit
+        ? `BEGIN; SET LOCAL synchronous_commit TO off; ${claimStatement}; COMMIT; BEGIN`
+        : `BEGIN; ${claimStatement}; COMMIT; BEGIN`;
+      const results = await this.message(client, claimMessage);
+      const row = results[asyncClaimCommit ? 2 : 1]?.rows[0] as ClaimRow | undefined;
+      if (row?.state !== 'claimed') {
+        await this.message(client, 'ROLLBACK');
+        settled = true;
+        return answerWithoutWork(row);
+      }
+      const value = await work((sql, params) => this.query(client, sql, params));
+      // The completion raises when its fence fails, so the COMMIT after it in the message never runs.
+      await this.message(client, `${inline(client, this.completeOrRaiseSql, completeParams(value))}; COMMIT`);
+      settled = true;
+      return { replayed: false, status: 201, value };
+    } catch (error) {
+      // Whatever failed (the claim, the handler, the fence), an open or aborted transaction is rolled back.
+      if (!settled) await client.query('ROLLBACK').catch((rollbackError: Error) => (broken = rollbackError));
+      if ((error as { code?: string }).code === FENCE_LOST_SQLSTATE) throw new ConflictException('Lease lost');
+      throw error;
+    } finally {
+      // A client whose ROLLBACK failed is in an unknown state: pg discards it rather than pooling it.
+      client.release(broken);
+    }
   }
 
   /**
@@ -227,31 +308,23 @@ class HandWrittenIdempotency {
    *   re-planning them on every request costs. The library itself cannot do
    *   this behind PgBouncer < 1.21 in transaction pooling.
    */
-  async run(key: string, fingerprint: string, work: (query: Query) => Promise<object>, prepared: boolean) {
+  private async runInFiveRoundTrips(
+    claimParams: unknown[],
+    completeParams: (value: object) => unknown[],
+    work: (query: Query) => Promise<object>,
+    prepared: boolean,
+  ): Promise<Outcome> {
     const claimSql: Statement = prepared ? { name: 'bench_claim', text: this.claimSql } : this.claimSql;
     const completeSql: Statement = prepared ? { name: 'bench_complete', text: this.completeSql } : this.completeSql;
-    const ownerToken = randomUUID();
-    const claimParams = [TENANT, key, fingerprint, ownerToken, DEFAULT_LEASE_MS, DEFAULT_TTL_MS, null];
     const [claim] = await this.query(this.pool, claimSql, claimParams);
     const row = claim as ClaimRow | undefined;
-    if (row?.state === 'completed') {
-      return {
-        replayed: true,
-        status: row.response_status ?? 200,
-        value: JSON.parse(row.response_body!.toString('utf8')) as object,
-      };
-    }
-    if (row?.state === 'mismatch') throw new UnprocessableEntityException('Idempotency-Key reused with another request');
-    if (row?.state !== 'claimed') throw new ConflictException('Idempotency-Key in flight');
+    if (row?.state !== 'claimed') return answerWithoutWork(row);
 
     const client = await this.pool.connect();
     try {
       await this.query(client, 'BEGIN', []);
       const value = await work((sql, params) => this.query(client, sql, params));
-      const stored = Buffer.from(JSON.stringify(value), 'utf8');
-      const headers = JSON.stringify([['content-type', 'application/json; charset=utf-8']]);
-      const completeParams = [TENANT, key, ownerToken, 201, headers, stored, DEFAULT_TTL_MS];
-      const [completed] = (await this.query(client, completeSql, completeParams)) as Array<{ completed?: boolean }>;
+      const [completed] = (await this.query(client, completeSql, completeParams(value))) as Array<{ completed?: boolean }>;
       if (completed?.completed !== true) throw new ConflictException('Lease lost');
       await this.query(client, 'COMMIT', []);
       return { replayed: false, status: 201, value };
@@ -269,6 +342,57 @@ class HandWrittenIdempotency {
     const result = typeof sql === 'string' ? await on.query(sql, params) : await on.query({ ...sql, values: params });
     return Object.assign(result.rows, { rowCount: result.rowCount });
   }
+
+  /**
+   * One simple-protocol message (pg sends a query without values that way), which may
+   * hold several statements: pg answers one result per statement. Counted once, since
+   * it is one round trip.
+   */
+  private async message(client: pg.PoolClient, sql: string): Promise<pg.QueryResult[]> {
+    this.counter.record(sql);
+    const result = (await client.query(sql)) as pg.QueryResult | pg.QueryResult[];
+    return Array.isArray(result) ? result : [result];
+  }
+}
+
+/** The answer to a claim that did not claim: a replay, or the 422 / 409 the module would send. */
+function answerWithoutWork(row: ClaimRow | undefined): Outcome {
+  if (row?.state === 'completed') {
+    return {
+      replayed: true,
+      status: row.response_status ?? 200,
+      value: JSON.parse(row.response_body!.toString('utf8')) as object,
+    };
+  }
+  if (row?.state === 'mismatch') throw new UnprocessableEntityException('Idempotency-Key reused with another request');
+  throw new ConflictException('Idempotency-Key in flight');
+}
+
+/**
+ * A store statement with its `$n` placeholders replaced by literals, for the
+ * simple protocol (which carries no parameter values). Every value goes
+ * through pg's `escapeLiteral` or is a number or hex digits we produced;
+ * nothing from the request is spliced in raw. One pass, so a literal that
+ * happens to contain `$1` is not substituted again.
+ */
+function inline(client: pg.PoolClient, sql: string, params: unknown[]): string {
+  return sql.replace(/\$(\d+)/g, (_, n: string) => {
+    const index = Number(n) - 1;
+    if (index >= params.length) throw new Error(`No value for $${n} in: ${sql}`);
+    return literal(client, params[index]);
+  });
+}
+
+function literal(client: pg.PoolClient, value: unknown): string {
+  if (value === null || value === undefined) return 'NULL';
+  if (typeof value === 'number') {
+    if (!Number.isFinite(value)) throw new Error(`Cannot send ${value} as an SQL literal.`);
+    return String(value);
+  }
+  if (typeof value === 'string') return client.escapeLiteral(value);
+  // Hex input of bytea; an E'' string reads the same whatever standard_conforming_strings says.
+  if (Buffer.isBuffer(value)) return `E'\\\\x${value.toString('hex')}'::bytea`;
+  throw new Error(`The bench floor has no literal for a ${typeof value}.`);
 }
 
 function expectParameters(sql: string | undefined, count: number, name: string): string {
@@ -286,6 +410,10 @@ function handWrittenFingerprint(method: string, url: string, body: unknown): str
     .update(`${method} ${url}\n${JSON.stringify(body)}`)
     .digest('hex');
 }
+
+type FloorRequest = { method: string; url: string };
+/** The floor sets the replay's status and header itself and lets Nest send its return value. */
+const PASS = { passthrough: true };
 
 @Controller()
 class ChargesController {
@@ -329,32 +457,52 @@ class ChargesController {
   floor(
     @Body() body: ChargeBody,
     @Headers('idempotency-key') key: string | undefined,
-    @Req() request: { method: string; url: string },
-    @Res({ passthrough: true }) response: unknown,
+    @Req() request: FloorRequest,
+    @Res(PASS) reply: unknown,
   ) {
-    return this.handWrittenCharge(body, key, request, response, false);
+    return this.handWrittenCharge(body, key, request, reply, { roundTrips: 3, asyncClaimCommit: true });
+  }
+
+  @Post('floor-sync-claim/charges')
+  floorSyncClaim(
+    @Body() body: ChargeBody,
+    @Headers('idempotency-key') key: string | undefined,
+    @Req() request: FloorRequest,
+    @Res(PASS) reply: unknown,
+  ) {
+    return this.handWrittenCharge(body, key, request, reply, { roundTrips: 3, asyncClaimCommit: false });
+  }
+
+  @Post('floor-5rt/charges')
+  floorFiveRoundTrips(
+    @Body() body: ChargeBody,
+    @Headers('idempotency-key') key: string | undefined,
+    @Req() request: FloorRequest,
+    @Res(PASS) reply: unknown,
+  ) {
+    return this.handWrittenCharge(body, key, request, reply, { roundTrips: 5, prepared: false });
   }
 
   @Post('floor-prepared/charges')
   floorPrepared(
     @Body() body: ChargeBody,
     @Headers('idempotency-key') key: string | undefined,
-    @Req() request: { method: string; url: string },
-    @Res({ passthrough: true }) response: unknown,
+    @Req() request: FloorRequest,
+    @Res(PASS) reply: unknown,
   ) {
-    return this.handWrittenCharge(body, key, request, response, true);
+    return this.handWrittenCharge(body, key, request, reply, { roundTrips: 5, prepared: true });
   }
 
   private async handWrittenCharge(
     body: ChargeBody,
     key: string | undefined,
-    request: { method: string; url: string },
+    request: FloorRequest,
     response: unknown,
-    prepared: boolean,
+    protocol: FloorProtocol,
   ) {
     if (!key) throw new BadRequestException('Idempotency-Key is required');
     const fingerprint = handWrittenFingerprint(request.method, request.url, body);
-    const outcome = await this.handWritten.run(key, fingerprint, (query) => createCharge(query, body), prepared);
+    const outcome = await this.handWritten.run(key, fingerprint, (query) => createCharge(query, body), protocol);
     if (outcome.replayed) {
       this.adapterHost.httpAdapter.setHeader(response, 'Idempotent-Replayed', 'true');
       this.adapterHost.httpAdapter.status(response, outcome.status);
@@ -363,7 +511,9 @@ class ChargesController {
   }
 
   @Post('nodb/charges')
-  noDatabase(@Body() body: ChargeBody) {
+  async noDatabase(@Body() body: ChargeBody) {
+    // The storms' baseline sends the module's delay too, so both routes hold each request as long.
+    if (body.delayMs) await sleep(body.delayMs);
     return chargeView('0', new Date(), body);
   }
 }

@@ -1,18 +1,29 @@
 import { DEFAULT_SWEEP_BATCH_SIZE } from '../src/idempotency.constants.js';
 export type AdapterName = 'express' | 'fastify';
-export type ScenarioGroup = 'http' | 'size' | 'sweep';
+export type ScenarioGroup = 'http' | 'size' | 'sweep' | 'durable';
 
 /** Everything a run can be told through the environment; `BENCH_QUICK=1` shrinks it for development. */
 export interface BenchConfig {
   mode: 'full' | 'quick';
   adapters: AdapterName[];
-  /** Which groups run: `http` (scenarios 1-4, 7-11), `size` (5), `sweep` (6). */
+  /** Which groups run: `http` (scenarios 1-4, 7-12), `size` (5), `sweep` (6), `durable` (13, when `durableDatabaseUrl` is set). */
   groups: ScenarioGroup[];
   schema: string;
+  /**
+   * Scenario 13: a PostgreSQL with durable commits (`fsync` on), where the
+   * claim's own commit shows; the bench drops and recreates `schema` in it.
+   * Unset: scenario 13 does not run.
+   */
+  durableDatabaseUrl?: string;
   /** Connections of the app's pg pool (TypeORM `extra.max`); pg's own default is 10. */
   poolSize: number;
   /** Concurrent HTTP connections of the steady-load measurements. */
   connections: number;
+  /**
+   * Scenario 12: new keys (bare, module, floor) at the connection count of the
+   * peer library's published benchmark, so its figures and ours can be set side by side.
+   */
+  peerConnections: number;
   /** Each variant is measured this many times, interleaved with the others, so drift hits all alike. */
   rounds: number;
   /** Load before each variant's first measured round; later rounds warm up for `rewarmSeconds`. */
@@ -53,10 +64,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): BenchConfig {
   return {
     mode: quick ? 'quick' : 'full',
     adapters: list(env.BENCH_ADAPTERS, ['express', 'fastify'] as const, 'BENCH_ADAPTERS'),
-    groups: list(env.BENCH_ONLY, ['http', 'size', 'sweep'] as const, 'BENCH_ONLY'),
+    groups: list(env.BENCH_ONLY, ['http', 'size', 'sweep', 'durable'] as const, 'BENCH_ONLY'),
     schema: env.BENCH_SCHEMA ?? 'bench',
+    durableDatabaseUrl: env.BENCH_DURABLE_DATABASE_URL || undefined,
     poolSize: int(env, 'BENCH_POOL_SIZE', 10),
     connections: int(env, 'BENCH_CONNECTIONS', 16),
+    peerConnections: int(env, 'BENCH_PEER_CONNECTIONS', 50),
     rounds: int(env, 'BENCH_ROUNDS', pick(3, 1)),
     warmupSeconds: int(env, 'BENCH_WARMUP_S', pick(2, 1)),
     // The variant's route and code paths are warm by then; a short load settles the pool after the previous variant.

@@ -1,6 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { mkdtemp, readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import pg from 'pg';
 import { createTableStatements } from '../src/store/sql.js';
@@ -276,6 +277,68 @@ export class ActivitySampler {
         this.waits.set(key, (this.waits.get(key) ?? 0) + 1);
       }
       await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+  }
+}
+
+/** WAL one measurement wrote (bytes) and flushed to disk (null where the server does not count flushes). */
+export interface WalSpent {
+  bytes: number;
+  flushes: number | null;
+}
+
+interface WalSnapshot {
+  lsn: string;
+  flushes: number | null;
+}
+
+/**
+ * The WAL a measurement writes and flushes, server-wide: the position of the
+ * WAL for bytes, and the cumulative statistics for fsyncs (`pg_stat_wal.wal_sync`
+ * up to PostgreSQL 17, `pg_stat_io` for WAL from 18). A commit that waits for
+ * its flush shows as one more fsync per request, unless group commit shares one.
+ */
+export class WalCounter {
+  /** Backends report their statistics when idle, at most once a second: waiting that long lets the last ones in. */
+  private static readonly STATS_FLUSH_MS = 1_100;
+  private flushQuery?: string | null;
+
+  constructor(private readonly client: pg.Client) {}
+
+  async snapshot(): Promise<WalSnapshot> {
+    await sleep(WalCounter.STATS_FLUSH_MS);
+    const lsn = String((await this.client.query('SELECT pg_current_wal_lsn() AS lsn')).rows[0].lsn);
+    return { lsn, flushes: await this.flushes() };
+  }
+
+  async since(before: WalSnapshot): Promise<WalSpent> {
+    const { rows } = await this.client.query('SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1) AS bytes', [before.lsn]);
+    const after = await this.snapshot();
+    return {
+      bytes: Number(rows[0].bytes),
+      flushes: before.flushes === null || after.flushes === null ? null : after.flushes - before.flushes,
+    };
+  }
+
+  private async flushes(): Promise<number | null> {
+    try {
+      if (this.flushQuery === undefined) {
+        // to_regclass is null (no error) where pg_stat_wal does not exist.
+        const { rows } = await this.client.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM pg_attribute WHERE attrelid = to_regclass('pg_catalog.pg_stat_wal') AND attname = 'wal_sync'`,
+        );
+        this.flushQuery =
+          rows[0].n > 0
+            ? 'SELECT wal_sync AS n FROM pg_stat_wal'
+            : `SELECT sum(fsyncs) AS n FROM pg_stat_io WHERE object = 'wal'`;
+      }
+      if (this.flushQuery === null) return null;
+      const value = (await this.client.query(this.flushQuery)).rows[0]?.n;
+      return value === null || value === undefined ? null : Number(value);
+    } catch {
+      // A server with neither (before 14): bytes only.
+      this.flushQuery = null;
+      return null;
     }
   }
 }

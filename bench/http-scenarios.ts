@@ -3,7 +3,15 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
 import { AppProcess, SlowService } from './app-process.js';
 import type { AdapterName, BenchConfig } from './config.js';
-import { BackendCpu, BENCH_CUSTOMER, CHARGES_TABLE, truncateAll, vacuumAnalyze } from './database.js';
+import {
+  BackendCpu,
+  BENCH_CUSTOMER,
+  CHARGES_TABLE,
+  truncateAll,
+  vacuumAnalyze,
+  type WalCounter,
+  type WalSpent,
+} from './database.js';
 import { runAtRate, runLoad, unexpectedStatuses, type LoadResult, type LoadRun } from './load.js';
 import { APP_APPLICATION_NAME, type PoolPeak } from './protocol.js';
 import { median, round, summarize, type LatencySummary } from './stats.js';
@@ -16,6 +24,8 @@ export type VariantName =
   | 'bare'
   | 'module'
   | 'floor'
+  | 'floorSyncClaim'
+  | 'floorFiveRoundTrips'
   | 'floorPrepared'
   | 'replay'
   | 'nodb'
@@ -23,21 +33,48 @@ export type VariantName =
   | 'realisticBare'
   | 'realisticModule'
   | 'bigBodyBare'
-  | 'bigBodyModule';
+  | 'bigBodyModule'
+  | 'bareAtPeer'
+  | 'moduleAtPeer'
+  | 'floorAtPeer';
+/** What scenarios 1-4 and 7-12 measure: all but the floor with a synchronous claim commit, which only durable commits tell apart. */
+export type MainVariantName = Exclude<VariantName, 'floorSyncClaim'>;
 
 /**
  * The steady-load variants; each request carries an Idempotency-Key so all
  * send the same bytes. `body: 'big'` sends scenario 11's ~1 MiB body instead
- * of the small charge.
+ * of the small charge (with `bigBodyConnections`); `connections: 'peer'` runs
+ * at `peerConnections` (scenario 12) rather than `connections`.
  */
-const VARIANTS: Record<VariantName, { path: string; keys: 'new' | 'replay'; body?: 'big'; what: string }> = {
+interface Variant {
+  path: string;
+  keys: 'new' | 'replay';
+  body?: 'big';
+  connections?: 'peer';
+  what: string;
+}
+const VARIANTS: Record<VariantName, Variant> = {
   bare: { path: '/bare/charges', keys: 'new', what: 'handler opens its own TypeORM transaction, no module' },
   module: { path: '/idem/charges', keys: 'new', what: '@Idempotent(), a new key per request' },
-  floor: { path: '/floor/charges', keys: 'new', what: 'same protocol hand-written on pg (the store SQL)' },
+  floor: {
+    path: '/floor/charges',
+    keys: 'new',
+    what: "the module's protocol hand-written on pg (the store SQL, 3 round trips, the claim committed asynchronously)",
+  },
+  floorSyncClaim: {
+    path: '/floor-sync-claim/charges',
+    keys: 'new',
+    what: "the 3-round-trip floor with the claim's commit waiting for its WAL flush (synchronous_commit as the server has it)",
+  },
+  floorFiveRoundTrips: {
+    path: '/floor-5rt/charges',
+    keys: 'new',
+    what: 'the earlier protocol hand-written on pg: claim, BEGIN, INSERT, completion, COMMIT, one round trip each',
+  },
   floorPrepared: {
     path: '/floor-prepared/charges',
     keys: 'new',
-    what: 'the floor with claim and completion as named prepared statements (what re-planning costs)',
+    what: 'the 5-round-trip floor with claim and completion as named prepared statements (what re-planning costs)',
   },
   replay: { path: '/idem/charges', keys: 'replay', what: '@Idempotent(), completed keys replayed' },
   nodb: { path: '/nodb/charges', keys: 'new', what: 'no database work at all' },
@@ -68,6 +105,24 @@ const VARIANTS: Record<VariantName, { path: string; keys: 'new' | 'replay'; body
     body: 'big',
     what: '@Idempotent() with the ~1 MiB body: fingerprinted, its ~1 MiB response captured and stored',
   },
+  bareAtPeer: {
+    path: '/bare/charges',
+    keys: 'new',
+    connections: 'peer',
+    what: "the bare handler at the peer benchmark's connection count",
+  },
+  moduleAtPeer: {
+    path: '/idem/charges',
+    keys: 'new',
+    connections: 'peer',
+    what: "@Idempotent(), a new key per request, at the peer benchmark's connection count",
+  },
+  floorAtPeer: {
+    path: '/floor/charges',
+    keys: 'new',
+    connections: 'peer',
+    what: "the 3-round-trip floor at the peer benchmark's connection count",
+  },
 };
 
 export interface VariantResult {
@@ -85,6 +140,12 @@ export interface VariantResult {
   errors: number;
   /** CPU per request in microseconds: the app process, its PostgreSQL backends (null when not local), the load generator. */
   cpuMicrosPerRequest: { app: number; postgres: number | null; loader: number };
+  /**
+   * WAL per request, where measured (scenario 13): bytes written, and flushes to disk
+   * (null where the server does not count them). Counted over the whole server, so
+   * another database's writes meanwhile count too.
+   */
+  walPerRequest?: { bytes: number; flushes: number | null };
 }
 
 export interface StormResult {
@@ -104,6 +165,8 @@ export interface StormResult {
   timeouts: number;
   pool: PoolPeak;
   ok: boolean;
+  /** The same storm (connections, requests, delay) on the route with no database work: the queue the machine itself makes. */
+  noDatabase: { rps: number; latency: LatencySummary; statuses: Record<string, number>; errors: number };
 }
 
 export interface PathTiming {
@@ -133,7 +196,7 @@ export interface AdapterResults {
   poolMax: number;
   /** Bytes of scenario 11's large request body. */
   bigBodyBytes: number;
-  variants: Record<VariantName, VariantResult>;
+  variants: Record<MainVariantName, VariantResult>;
   paths: Record<'newKey' | 'replay' | 'conflict' | 'mismatch' | 'bare' | 'floor' | 'requestTransaction', PathTiming>;
   storms: StormResult[];
   /** With the module's default reserved pool, then with `reservedConnections: 0` (in a second app process). */
@@ -143,7 +206,7 @@ export interface AdapterResults {
 /** The module's default `reservedConnections`, which the first app process runs with. */
 const DEFAULT_RESERVED = 2;
 
-/** Scenarios 1-4 and 7-11 against one adapter, in app processes of its own. */
+/** Scenarios 1-4 and 7-12 against one adapter, in app processes of its own. */
 export async function runHttpScenarios(
   adapter: AdapterName,
   config: BenchConfig,
@@ -162,31 +225,10 @@ export async function runHttpScenarios(
     const cpu = new BackendCpu(db, APP_APPLICATION_NAME);
     replayKeys = await createCompletedKeys(app, config, `replay-${adapter}-${randomUUID()}`);
     await vacuumAnalyze(db);
-    const bodies = { small: BODY, big: bigBody(config.bigBodyBytes) };
+    const bodies = { big: bigBody(config.bigBodyBytes) };
 
-    const connectionsOf = (name: VariantName) => (VARIANTS[name].body === 'big' ? config.bigBodyConnections : config.connections);
-    const runs = new Map<VariantName, Array<{ run: LoadRun; cpu: CpuSpent }>>();
-    const order = Object.keys(VARIANTS) as VariantName[];
-    let replayIndex = 0;
-    for (let round = 0; round < config.rounds; round++) {
-      // Rotated each round, so no variant always runs first or right after a heavy one.
-      const rotated = [...order.slice(round % order.length), ...order.slice(0, round % order.length)];
-      for (const name of rotated) {
-        const variant = VARIANTS[name];
-        const key = variant.keys === 'new' ? () => randomUUID() : () => replayKeys[replayIndex++ % replayKeys.length];
-        const body = variant.body === 'big' ? bodies.big : bodies.small;
-        const load = { url: app.url, path: variant.path, body, connections: connectionsOf(name), key };
-        await runLoad({ ...load, seconds: round === 0 ? config.warmupSeconds : config.rewarmSeconds });
-        const before = await cpuNow(app, cpu);
-        const run = await runLoad({ ...load, seconds: config.measureSeconds });
-        const spent = await cpuSince(app, cpu, before);
-        runs.set(name, [...(runs.get(name) ?? []), { run, cpu: spent }]);
-        log(`  ${adapter} round ${round + 1}/${config.rounds} ${name.padEnd(18)} ${describe(run)}`);
-      }
-    }
-    const variants = Object.fromEntries(
-      order.map((name) => [name, mergeRounds(name, runs.get(name)!, connectionsOf(name))]),
-    ) as Record<VariantName, VariantResult>;
+    const order = (Object.keys(VARIANTS) as VariantName[]).filter((name): name is MainVariantName => name !== 'floorSyncClaim');
+    const variants = await measureVariants(app, order, config, { cpu, bigBody: bodies.big, replayKeys }, log);
 
     const conflict = await conflictLoad(app, config, adapter, log);
     const mismatch = await mismatchLoad(app, config, adapter, log);
@@ -221,6 +263,53 @@ export async function runHttpScenarios(
     await sharedApp.close();
     await service.close();
   }
+}
+
+/**
+ * Steady load on each variant, `config.rounds` times, interleaved (the order
+ * rotated each round, so no variant always runs first or right after a heavy
+ * one), with the server CPU each measurement cost and, when a WAL counter is
+ * given, the WAL it wrote and flushed.
+ */
+export async function measureVariants<N extends VariantName>(
+  app: AppProcess,
+  order: readonly N[],
+  config: BenchConfig,
+  options: { cpu: BackendCpu; wal?: WalCounter; bigBody?: string; replayKeys?: string[] },
+  log: (line: string) => void,
+): Promise<Record<N, VariantResult>> {
+  const connectionsOf = (name: VariantName) =>
+    VARIANTS[name].body === 'big'
+      ? config.bigBodyConnections
+      : VARIANTS[name].connections === 'peer'
+        ? config.peerConnections
+        : config.connections;
+  const runs = new Map<N, Measured[]>();
+  let replayIndex = 0;
+  for (let round = 0; round < config.rounds; round++) {
+    const rotated = [...order.slice(round % order.length), ...order.slice(0, round % order.length)];
+    for (const name of rotated) {
+      const variant = VARIANTS[name];
+      const replayKeys = options.replayKeys;
+      if (variant.keys === 'replay' && !replayKeys?.length) throw new Error(`Variant ${name} replays keys, and none were made.`);
+      const key = variant.keys === 'new' ? () => randomUUID() : () => replayKeys![replayIndex++ % replayKeys!.length];
+      const body = variant.body === 'big' ? options.bigBody : BODY;
+      if (body === undefined) throw new Error(`Variant ${name} sends the big body, and none was given.`);
+      const load = { url: app.url, path: variant.path, body, connections: connectionsOf(name), key };
+      await runLoad({ ...load, seconds: round === 0 ? config.warmupSeconds : config.rewarmSeconds });
+      const walBefore = await options.wal?.snapshot();
+      const before = await cpuNow(app, options.cpu);
+      const run = await runLoad({ ...load, seconds: config.measureSeconds });
+      const spent = await cpuSince(app, options.cpu, before);
+      const wal = walBefore && (await options.wal!.since(walBefore));
+      runs.set(name, [...(runs.get(name) ?? []), { run, cpu: spent, wal }]);
+      log(`  ${app.adapter} round ${round + 1}/${config.rounds} ${name.padEnd(20)} ${describe(run)}`);
+    }
+  }
+  return Object.fromEntries(order.map((name) => [name, mergeRounds(name, runs.get(name)!, connectionsOf(name))])) as Record<
+    N,
+    VariantResult
+  >;
 }
 
 /**
@@ -340,6 +429,11 @@ interface CpuSnapshot {
   postgres: Map<number, number> | null;
   loader: NodeJS.CpuUsage;
 }
+interface Measured {
+  run: LoadRun;
+  cpu: CpuSpent;
+  wal?: WalSpent;
+}
 interface CpuSpent {
   app: number;
   postgres: number | null;
@@ -357,7 +451,7 @@ async function cpuSince(app: AppProcess, cpu: BackendCpu, before: CpuSnapshot): 
   return { app: app_, postgres: postgresMs === null ? null : postgresMs * 1000, loader: loader.user + loader.system };
 }
 
-function mergeRounds(name: VariantName, rounds: Array<{ run: LoadRun; cpu: CpuSpent }>, connections: number): VariantResult {
+function mergeRounds(name: VariantName, rounds: Measured[], connections: number): VariantResult {
   const requests = rounds.reduce((n, r) => n + r.run.requests, 0);
   const statuses: Record<string, number> = {};
   for (const { run } of rounds) for (const [s, n] of Object.entries(run.statuses)) statuses[s] = (statuses[s] ?? 0) + n;
@@ -385,6 +479,16 @@ function mergeRounds(name: VariantName, rounds: Array<{ run: LoadRun; cpu: CpuSp
       postgres,
       loader: round(rounds.reduce((n, r) => n + r.cpu.loader, 0) / requests, 1),
     },
+    ...(rounds.every((r) => r.wal)
+      ? {
+          walPerRequest: {
+            bytes: round(rounds.reduce((n, r) => n + r.wal!.bytes, 0) / requests, 0),
+            flushes: rounds.every((r) => r.wal!.flushes !== null)
+              ? round(rounds.reduce((n, r) => n + r.wal!.flushes!, 0) / requests, 2)
+              : null,
+          },
+        }
+      : {}),
   };
 }
 
@@ -473,11 +577,11 @@ async function storm(
   log: (line: string) => void,
 ): Promise<StormResult> {
   const duplicates = config.stormConnections;
-  const stormLoad = (customer: string, keys: number) => {
+  const stormLoad = (customer: string, keys: number, path = VARIANTS.module.path) => {
     let n = 0;
     return runLoad({
       url: app.url,
-      path: VARIANTS.module.path,
+      path,
       body: JSON.stringify({ ...CHARGE, customer, delayMs: delayMs || undefined }),
       connections: duplicates,
       amount: duplicates * keys,
@@ -485,6 +589,11 @@ async function storm(
       key: () => `${customer}-${Math.floor(n++ / duplicates)}`,
     });
   };
+  // The same storm on the route with no database work (which waits the same delay) first: 1000
+  // connections at once on 2 cores queue in the kernel and the event loop whatever the route does,
+  // so the module's part of the tail is its p99 against this one's.
+  await stormLoad(`warm-nodb-storm-${adapter}-${randomUUID()}`, 1, VARIANTS.nodb.path);
+  const noDatabaseRun = await stormLoad(`nodb-storm-${adapter}-${delayMs}-${randomUUID()}`, config.stormKeys, VARIANTS.nodb.path);
   await stormLoad(`warm-storm-${adapter}-${randomUUID()}`, 1);
   const customer = `storm-${adapter}-${delayMs}-${randomUUID()}`;
   await app.poolWatchStart();
@@ -504,7 +613,7 @@ async function storm(
     pool.total <= pool.max;
   log(
     `  ${adapter} storm delay ${delayMs} ms: ${describe(run)}; executed ${executed}, effects ${effects}, ` +
-      `pool peak ${pool.inUse}/${pool.max} in use, ${pool.waiting} waiting`,
+      `pool peak ${pool.inUse}/${pool.max} in use, ${pool.waiting} waiting; no-database route ${describe(noDatabaseRun).trim()}`,
   );
   const { samples: _samples, ...result } = run;
   return {
@@ -522,6 +631,12 @@ async function storm(
     timeouts: result.timeouts,
     pool,
     ok,
+    noDatabase: {
+      rps: noDatabaseRun.rps,
+      latency: noDatabaseRun.latency,
+      statuses: noDatabaseRun.statuses,
+      errors: noDatabaseRun.errors + noDatabaseRun.timeouts,
+    },
   };
 }
 

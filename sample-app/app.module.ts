@@ -6,7 +6,9 @@ import { GraphQLModule } from '@nestjs/graphql';
 import { TerminusModule } from '@nestjs/terminus';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource } from 'typeorm';
+import { IdempotencyHealthModule } from '../src/health/index.js';
 import { IdempotencyModule } from '../src/index.js';
+import { IdempotencyOpenApiModule } from '../src/openapi/index.js';
 import { API_KEYS, ApiKeyGuard } from './auth/api-key.guard.js';
 import type { AuthenticatedRequest } from './auth/authenticated-request.js';
 import { ChargesModule } from './charges/charges.module.js';
@@ -54,6 +56,8 @@ export class AppModule {
           // Apollo's Express integration passes ({ req, res }), its Fastify integration (request, reply).
           context: (first: { req?: unknown; res?: unknown }, reply?: unknown) =>
             first.req ? { req: first.req, res: first.res } : { req: first, reply },
+          // Apollo sends each error's stack to the client unless NODE_ENV is production or test: never send it.
+          includeStacktraceInErrorResponses: false,
         }),
         IdempotencyModule.forRoot({
           // HTTP and GraphQL: ApiKeyGuard (a global guard) runs before the module's interceptors and sets the tenant.
@@ -73,7 +77,10 @@ export class AppModule {
           // Refunds, once for ever per refund id (the start-up check requires its table).
           ledger: {},
         }),
+        // The health indicator for GET /health, and the marks applyIdempotencyToOpenApi documents the routes from.
         TerminusModule,
+        IdempotencyHealthModule,
+        IdempotencyOpenApiModule,
         ChargesModule,
         OrdersModule.register({ paymentProvider: { url: config.paymentProviderUrl, apiKey: config.paymentProviderKey } }),
         FakePaymentProviderModule.register({ apiKey: config.paymentProviderKey }),

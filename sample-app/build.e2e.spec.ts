@@ -14,8 +14,8 @@ const DAY_MS = 24 * 60 * 60 * 1000;
  * `npm run sample` builds with sample-app/build.mjs. Several instances
  * started at once used to compile into one directory, and one of them
  * crashed importing a module another's tsc was rewriting. These pin the
- * mechanism that prevents it, with a stand-in for tsc that writes slowly
- * (the reliability suite boots three real `npm run sample` at once).
+ * mechanism that prevents it, with stand-ins for tsc that write main.js in
+ * two halves (the reliability suite boots three real `npm run sample` at once).
  */
 describe('the sample app build (sample-app/build.mjs)', () => {
   let outDir: string;
@@ -39,32 +39,61 @@ describe('the sample app build (sample-app/build.mjs)', () => {
   }
 
   it('three builds started at once: each compiles privately, one lands, all get the same complete main.js, and nobody ever reads half of it', async () => {
+    // Each stand-in for tsc writes the first half of main.js, then waits for the test to let it write the
+    // second: the test, not the scheduler, decides when each build gets on, and looks at every step.
     const calls: string[] = [];
-    const seen: string[] = [];
-    let watching = true;
-    // Reads every build's main.js as a starting instance would, for as long as the builds run.
-    const watcher = (async () => {
-      while (watching) {
-        for (const name of await readdir(outDir)) {
-          const content = await readFile(join(outDir, name, 'sample-app', 'main.js'), 'utf8').catch(() => undefined);
-          if (content !== undefined && !name.startsWith('.staging-')) seen.push(content);
-        }
-        await sleep(2);
+    const releases: Array<() => void> = [];
+    let allHalfWritten!: () => void;
+    const halfWritten = new Promise<void>((resolve) => (allHalfWritten = resolve));
+    const gatedCompiler = async (stagingDir: string) => {
+      calls.push(stagingDir);
+      await mkdir(join(stagingDir, 'sample-app'), { recursive: true });
+      const main = join(stagingDir, 'sample-app', 'main.js');
+      await writeFile(main, FIRST_HALF);
+      const released = new Promise<void>((resolve) => releases.push(resolve));
+      if (releases.length === 3) allHalfWritten();
+      await released;
+      await appendFile(main, SECOND_HALF);
+    };
+    /** What an instance starting now would read: every build's main.js (staging directories are nobody's). */
+    const readAsAStartingInstance = async () => {
+      const found: string[] = [];
+      for (const name of await readdir(outDir)) {
+        if (name.startsWith('.staging-')) continue;
+        const content = await readFile(join(outDir, name, 'sample-app', 'main.js'), 'utf8').catch(() => undefined);
+        found.push(content ?? `${name} without main.js`);
       }
-    })();
-    const builds = await Promise.all([1, 2, 3].map(() => buildSampleApp({ outDir, compile: slowCompiler(calls) })));
-    watching = false;
-    await watcher;
+      return found;
+    };
+    const stagedHalves = async () => {
+      const names = (await readdir(outDir)).filter((name) => name.startsWith('.staging-'));
+      return Promise.all(names.map((name) => readFile(join(outDir, name, 'sample-app', 'main.js'), 'utf8')));
+    };
 
-    expect(seen.length).toBeGreaterThan(0);
-    expect(seen.filter((content) => content !== COMPLETE)).toEqual([]);
+    const builds = [1, 2, 3].map(() => buildSampleApp({ outDir, compile: gatedCompiler }));
+    await halfWritten;
+    // Three half-written main.js, each in its own staging directory; nothing an instance could start from.
+    expect(await stagedHalves()).toEqual([FIRST_HALF, FIRST_HALF, FIRST_HALF]);
+    expect(await readAsAStartingInstance()).toEqual([]);
+
+    releases[0]();
+    const first = await Promise.race(builds);
+    expect(first.compiled).toBe(true);
+    // One build landed, complete, while the two others are still half-written in staging.
+    expect(await readAsAStartingInstance()).toEqual([COMPLETE]);
+    expect(await stagedHalves()).toEqual([FIRST_HALF, FIRST_HALF]);
+
+    releases[1]();
+    releases[2]();
+    const all = await Promise.all(builds);
+    expect(await readAsAStartingInstance()).toEqual([COMPLETE]);
     expect(calls).toHaveLength(3);
     expect(new Set(calls).size).toBe(3);
-    expect(new Set(builds.map((build) => build.main)).size).toBe(1);
-    expect(builds.filter((build) => build.compiled)).toHaveLength(1);
-    expect(await readFile(builds[0].main, 'utf8')).toBe(COMPLETE);
+    expect(new Set(all.map((build) => build.main))).toEqual(new Set([first.main]));
+    expect(all.filter((build) => build.compiled)).toHaveLength(1);
+    expect(await readFile(first.main, 'utf8')).toBe(COMPLETE);
     // Only the build is left: every staging directory was removed.
-    expect(await readdir(outDir)).toEqual([basename(builds[0].buildDir)]);
+    expect(await readdir(outDir)).toEqual([basename(first.buildDir)]);
   });
 
   it('reuses a build of the same inputs without compiling', async () => {

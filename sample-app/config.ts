@@ -41,10 +41,21 @@ export interface SampleConfig {
   rabbitmqUrl?: string;
   /** `REFUND_QUEUE`, default `refund-requests`: the queue of refund requests (its dead letters go to `<queue>.dead`). */
   refundQueue: string;
+  /** `NATS_URL`: when set, the app also consumes refund requests from NATS JetStream; unset, no NATS server is needed. */
+  natsUrl?: string;
+  /** `REFUND_STREAM`, default `REFUNDS`: the JetStream stream of refund requests (its dead letters in `<stream>_DEAD`). */
+  refundStream: string;
+  /** `REFUND_SUBJECT`, default `refund.requested`: the subject refund requests are published on (dead letters on `dead-letter.<subject>`). */
+  refundSubject: string;
 }
 
 export const DEFAULT_API_KEYS = 'demo-key-tenant-a:tenant-a,demo-key-tenant-b:tenant-b';
 export const DEFAULT_PAYMENT_PROVIDER_KEY = 'demo-provider-secret';
+
+/** What NATS accepts as a stream name (no spaces, dots, wildcards or path separators), kept simple. */
+const STREAM_NAME = /^[A-Za-z0-9_-]+$/;
+/** A literal subject: tokens separated by dots, no wildcard (`*`, `>`) and no whitespace. */
+const SUBJECT = /^[^\s.*>]+(\.[^\s.*>]+)*$/;
 
 /** Thrown for a bad environment variable; the message names the variable and what it accepts. */
 export class SampleConfigError extends Error {
@@ -75,6 +86,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): SampleConfig {
     logger: true,
     rabbitmqUrl: nonEmpty(env.RABBITMQ_URL),
     refundQueue: nonEmpty(env.REFUND_QUEUE) ?? 'refund-requests',
+    natsUrl: nonEmpty(env.NATS_URL),
+    refundStream: matching(env, 'REFUND_STREAM', STREAM_NAME, 'letters, digits, _ and -') ?? 'REFUNDS',
+    refundSubject:
+      matching(env, 'REFUND_SUBJECT', SUBJECT, 'dot-separated tokens without wildcards or spaces') ?? 'refund.requested',
   };
 }
 
@@ -124,6 +139,12 @@ function integer(env: NodeJS.ProcessEnv, name: string, range: { min: number; max
     const bounds = range.max === undefined ? `>= ${range.min}` : `${range.min}..${range.max}`;
     throw new SampleConfigError(`${name} must be an integer ${bounds}, not "${raw}".`);
   }
+  return value;
+}
+
+function matching(env: NodeJS.ProcessEnv, name: string, pattern: RegExp, accepts: string): string | undefined {
+  const value = nonEmpty(env[name]);
+  if (value !== undefined && !pattern.test(value)) throw new SampleConfigError(`${name} must be ${accepts}, not "${value}".`);
   return value;
 }
 

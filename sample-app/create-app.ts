@@ -3,8 +3,9 @@ import { NestFactory } from '@nestjs/core';
 import { ExpressAdapter, type NestExpressApplication } from '@nestjs/platform-express';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
-import { applyIdempotencyToOpenApi } from '../src/index.js';
+import { applyIdempotencyToOpenApi } from '../src/openapi/index.js';
 import { AppModule, type AppModuleConfig } from './app.module.js';
+import { declareDeadLetterStream, refundJetStreamServer } from './refunds/jetstream.js';
 import { declareDeadLetterQueue, refundConsumerOptions } from './refunds/rabbitmq.js';
 
 /** Largest accepted request body on both adapters: 1 MiB. */
@@ -34,12 +35,17 @@ export async function createSampleApp(config: AppModuleConfig): Promise<INestApp
     app = express;
   }
   serveOpenApi(app);
+  // The refund requests' consumers, only where a broker is given: without RABBITMQ_URL and NATS_URL the app needs none.
   if (config.rabbitmqUrl) {
-    // The refund requests' consumer, only when a broker is given: without RABBITMQ_URL the app needs no broker.
     await declareDeadLetterQueue(config.rabbitmqUrl, config.refundQueue);
     app.connectMicroservice(refundConsumerOptions(config.rabbitmqUrl, config.refundQueue), { inheritAppConfig: true });
-    await app.startAllMicroservices();
   }
+  if (config.natsUrl) {
+    const stream = { natsUrl: config.natsUrl, refundStream: config.refundStream, refundSubject: config.refundSubject };
+    await declareDeadLetterStream(stream);
+    app.connectMicroservice({ strategy: refundJetStreamServer(stream) }, { inheritAppConfig: true });
+  }
+  if (config.rabbitmqUrl || config.natsUrl) await app.startAllMicroservices();
   return app;
 }
 

@@ -36,12 +36,23 @@ async function main(): Promise<void> {
   logger.log(`Database: ${maskPassword(databaseUrl)}${embedded ? ' (embedded, data in .pgdata/sample)' : ''}`);
   logger.log(`OpenAPI: Swagger UI at http://localhost:${port}/docs, the document at http://localhost:${port}/docs-json`);
   logger.log(`GraphQL: POST http://localhost:${port}/graphql (mutation requestRefund, with an Idempotency-Key header)`);
-  logger.log(
-    config.rabbitmqUrl
-      ? `Consuming refund requests from RabbitMQ ${maskPassword(config.rabbitmqUrl)}, queue ${config.refundQueue} ` +
-          `(dead letters in ${config.refundQueue}.dead)`
-      : 'RABBITMQ_URL is not set: refund requests are not consumed from a queue (GraphQL only).',
-  );
+  if (config.rabbitmqUrl) {
+    logger.log(
+      `Consuming refund requests from RabbitMQ ${maskPassword(config.rabbitmqUrl)}, queue ${config.refundQueue} ` +
+        `(dead letters in ${config.refundQueue}.dead)`,
+    );
+  }
+  if (config.natsUrl) {
+    // NATS_URL may be host:port, which is no URL: only a password after `//user:` is masked.
+    const server = config.natsUrl.replace(/(\/\/[^:@/]*:)[^@/]*@/, '$1***@');
+    logger.log(
+      `Consuming refund requests from NATS JetStream ${server}, stream ${config.refundStream}, subject ` +
+        `${config.refundSubject} (dead letters in ${config.refundStream}_DEAD)`,
+    );
+  }
+  if (!config.rabbitmqUrl && !config.natsUrl) {
+    logger.log('Neither RABBITMQ_URL nor NATS_URL is set: refund requests come through GraphQL only.');
+  }
   logger.log(`Payments API on http://localhost:${port} (${config.httpAdapter}). Try:\n\n${curlExample(port, config)}\n`);
 }
 

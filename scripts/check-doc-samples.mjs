@@ -2,9 +2,9 @@
 //
 // Each ```ts (or ```typescript) block becomes a module of its own (so samples never see
 // each other's names) and is type-checked with the repository's TypeScript and
-// tsconfig.json (strict), against the library's source: `nest-idempotency-pg`,
-// `nest-idempotency-pg/client` and `nest-idempotency-pg/jetstream` are mapped to src/
-// exactly as package.json's `exports` map them to dist/. Nothing is emitted.
+// tsconfig.json (strict), against the library's source: `nest-idempotency-pg` and each of
+// its subpaths (`nest-idempotency-pg/client`, `/health`, ...) are mapped to src/ exactly as
+// package.json's `exports` map them to dist/. Nothing is emitted.
 //
 // A sample that needs context the reader does not (an import, a class of the reader's own
 // application) gets it from a hidden prelude: an HTML comment, which Markdown does not
@@ -20,6 +20,10 @@
 // The prelude is prepended to the sample; it may only declare and import, so the sample
 // stays real API. Shell, JSON and other blocks are not compiled.
 //
+// A ```json block holding `compilerOptions` is an app's tsconfig.json: it must build a small
+// NestJS app (decorators with their metadata, Node's types), emitting as `tsc -p` would, so
+// an option the current TypeScript refuses (TS 6's `rootDir` next to `outDir`) fails here.
+//
 // Errors name the Markdown file and line (of the sample, or of the prelude line at fault).
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -28,12 +32,19 @@ import ts from 'typescript';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 
-/** Where the library's entry points live in the source tree, as package.json exports them from dist/. */
-const ENTRY_POINTS = {
-  'nest-idempotency-pg': 'src/index.ts',
-  'nest-idempotency-pg/client': 'src/client/index.ts',
-  'nest-idempotency-pg/jetstream': 'src/rpc/jetstream/index.ts',
-};
+/**
+ * Where the library's entry points live in the source tree: each entry of package.json's
+ * `exports` with types, its `dist/**.d.ts` read back as the `src/**.ts` it is built from.
+ */
+const ENTRY_POINTS = (() => {
+  const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+  const entries = {};
+  for (const [subpath, target] of Object.entries(manifest.exports)) {
+    if (typeof target !== 'object' || typeof target.types !== 'string') continue;
+    entries[`${manifest.name}${subpath.slice(1)}`] = target.types.replace(/^\.\/dist\//, 'src/').replace(/\.d\.ts$/, '.ts');
+  }
+  return entries;
+})();
 
 const TS_FENCE = new Set(['ts', 'typescript']);
 
@@ -64,9 +75,11 @@ function extractSamples(file) {
     let end = i + 1;
     while (end < lines.length && !(lines[end].trim().startsWith(fence) && lines[end].trim().replace(/[`~]/g, '') === '')) end++;
     if (end === lines.length) throw new Error(`${file}:${i + 1}: a code block that is never closed`);
+    const code = lines.slice(i + 1, end).map((line) => (line.startsWith(indent) ? line.slice(indent.length) : line));
     if (TS_FENCE.has(lang.toLowerCase())) {
-      const code = lines.slice(i + 1, end).map((line) => (line.startsWith(indent) ? line.slice(indent.length) : line));
       samples.push({ file, codeLine: i + 2, code, ...preludeAbove(lines, i, file) });
+    } else if (lang.toLowerCase() === 'json' && code.some((line) => line.includes('"compilerOptions"'))) {
+      tsconfigSamples.push({ file, codeLine: i + 2, text: code.join('\n') });
     }
     i = end;
   }
@@ -125,6 +138,9 @@ function compilerOptions() {
   };
 }
 
+/** The tsconfig.json samples (```json blocks with `compilerOptions`), filled by extractSamples. */
+const tsconfigSamples = [];
+
 let samples;
 try {
   samples = markdownFiles().flatMap(extractSamples);
@@ -182,11 +198,71 @@ for (const diagnostic of ts.getPreEmitDiagnostics(program)) {
   });
 }
 
+problems.push(...tsconfigSamples.flatMap(checkTsconfigSample));
+
+/**
+ * Builds a small NestJS app with a documented tsconfig.json, in memory: the options as a
+ * reader would paste them, the app under the first `include` directory, and an emit (to
+ * nowhere), because some option errors (TS5011) are only reported by an emitting build.
+ */
+function checkTsconfigSample(sample) {
+  const at = `${sample.file}:${sample.codeLine}`;
+  const parsedJson = ts.parseConfigFileTextToJson('tsconfig.json', sample.text);
+  if (parsedJson.error) {
+    return [
+      {
+        file: sample.file,
+        line: sample.codeLine,
+        text: `${at}: not JSON: ${ts.flattenDiagnosticMessageText(parsedJson.error.messageText, ' ')}`,
+      },
+    ];
+  }
+  const project = join(root, '.doc-tsconfig');
+  const include = parsedJson.config.include?.[0] ?? 'src';
+  const main = join(project, include, 'main.ts');
+  const app = [
+    "import { Controller, Get, Injectable } from '@nestjs/common';",
+    '@Injectable()',
+    'export class Greeter {',
+    "  greet = (): string => process.env.GREETING ?? 'hello';",
+    '}',
+    "@Controller('hello')",
+    'export class HelloController {',
+    '  constructor(private readonly greeter: Greeter) {}',
+    '  @Get()',
+    '  hello(): string {',
+    '    return this.greeter.greet();',
+    '  }',
+    '}',
+    '',
+  ].join('\n');
+  const system = { ...ts.sys, readDirectory: () => [main] };
+  const parsed = ts.parseJsonConfigFileContent(parsedJson.config, system, project, undefined, join(project, 'tsconfig.json'));
+  const configHost = ts.createCompilerHost(parsed.options, true);
+  const base = { fileExists: configHost.fileExists, readFile: configHost.readFile, getSourceFile: configHost.getSourceFile };
+  configHost.fileExists = (path) => path === main || base.fileExists.call(configHost, path);
+  configHost.readFile = (path) => (path === main ? app : base.readFile.call(configHost, path));
+  configHost.getSourceFile = (path, languageVersion, onError, shouldCreate) =>
+    path === main
+      ? ts.createSourceFile(path, app, languageVersion, true)
+      : base.getSourceFile.call(configHost, path, languageVersion, onError, shouldCreate);
+  configHost.writeFile = () => undefined;
+  const built = ts.createProgram({ rootNames: parsed.fileNames, options: parsed.options, host: configHost });
+  const diagnostics = [...parsed.errors, ...ts.getPreEmitDiagnostics(built), ...built.emit().diagnostics];
+  return diagnostics.map((diagnostic) => ({
+    file: sample.file,
+    line: sample.codeLine,
+    text: `${at}: this tsconfig.json does not build a NestJS app: error TS${diagnostic.code}: ${ts.flattenDiagnosticMessageText(diagnostic.messageText, '\n  ')}`,
+  }));
+}
+
 const fileCount = new Set(samples.map((s) => s.file)).size;
 if (problems.length > 0) {
   problems.sort((a, b) => a.file.localeCompare(b.file) || a.line - b.line);
   console.error(problems.map((p) => p.text).join('\n'));
-  console.error(`\ncheck:docs: ${problems.length} error(s) in the TypeScript samples of README.md and docs/.`);
+  console.error(`\ncheck:docs: ${problems.length} error(s) in the samples of README.md and docs/.`);
   process.exit(1);
 }
-console.log(`check:docs: ${samples.length} TypeScript samples in ${fileCount} files compile.`);
+console.log(
+  `check:docs: ${samples.length} TypeScript samples in ${fileCount} files compile; ${tsconfigSamples.length} tsconfig.json sample(s) build.`,
+);

@@ -3,10 +3,12 @@
 // Packs the package (`npm pack`, whose prepack builds dist afresh), checks what the
 // tarball holds (entry points, LICENSE, CHANGELOG, self-contained source maps, no
 // sources or tests), installs it into the consumer fixture (test/consumer: its own
-// package.json, TypeScript ~6.0, strict, NodeNext ESM, no optional peers), compiles
-// the fixture, boots it against PostgreSQL and sends an idempotent request and its
-// replay. DATABASE_URL names the database (a schema of its own is created and
-// dropped); without it an embedded PostgreSQL server is started, as for `npm test`.
+// package.json, TypeScript ~6.0, strict, NodeNext ESM, the required peers only: none of
+// the optional ones is installed), compiles the fixture, loads the integrations'
+// subpaths without their peers, boots the app (the root entry) against PostgreSQL and
+// sends an idempotent request and its replay. DATABASE_URL names the database (a schema
+// of its own is created and dropped); without it an embedded PostgreSQL server is
+// started, as for `npm test`.
 //
 // Only the npm registry is reached, by the fixture's `npm install`; with a warm npm
 // cache (the root's own install) `--prefer-offline` answers from the cache.
@@ -52,20 +54,47 @@ try {
   run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'], consumer);
   const installed = JSON.parse(await readFile(join(consumer, 'node_modules', 'nest-idempotency-pg', 'package.json'), 'utf8'));
   check(installed.version === packed.version, `the fixture installed ${installed.version}, not the packed ${packed.version}`);
-  for (const optional of ['@nestjs/swagger', '@nestjs/terminus', '@opentelemetry/api']) {
+  // The app must run on the required peers alone: no optional peer declared, none installed (npm leaves them out).
+  const manifest = JSON.parse(await readFile(join(root, 'package.json'), 'utf8'));
+  const optionalPeers = Object.keys(manifest.peerDependenciesMeta).filter((name) => manifest.peerDependenciesMeta[name].optional);
+  const fixture = JSON.parse(await readFile(join(consumer, 'package.json'), 'utf8'));
+  const declared = optionalPeers.filter((name) => name in { ...fixture.dependencies, ...fixture.devDependencies });
+  check(declared.length === 0, `the fixture declares optional peers: ${declared.join(', ')}`);
+  for (const optional of optionalPeers) {
     const present = await readdir(join(consumer, 'node_modules', ...optional.split('/'))).then(
       () => true,
       () => false,
     );
     check(!present, `${optional} is an optional peer, yet the fixture got it installed`);
   }
+  console.log(`none of the ${optionalPeers.length} optional peers is installed: ${optionalPeers.join(', ')}`);
 
   step('compile the consumer (TypeScript ~6.0, strict, NodeNext, lib check on)');
   const tsc = join(consumer, 'node_modules', 'typescript', 'bin', 'tsc');
   console.log(run(process.execPath, [tsc, '--version'], consumer).trim());
   run(process.execPath, [tsc, '-p', 'tsconfig.json'], consumer);
 
-  step('boot it against PostgreSQL');
+  step('load the subpaths without their optional peers');
+  const output = run(process.execPath, ['dist/subpaths.js'], consumer);
+  const line = output.split('\n').find((l) => l.startsWith('SUBPATHS '));
+  check(line, `dist/subpaths.js printed no result:\n${output}`);
+  const subpaths = JSON.parse(line.slice('SUBPATHS '.length));
+  const loaded = ['IdempotencyGraphQLError', 'IdempotencyHealthIndicator', 'IdempotencyHealthModule', 'IdempotencyOpenApiModule'];
+  check(JSON.stringify(subpaths.loaded) === JSON.stringify(loaded), `the subpaths loaded ${subpaths.loaded}`);
+  check(subpaths.openapi && subpaths.fetch === 'function', `the OpenAPI or outbound subpath misbehaved: ${line}`);
+  check(
+    /^IdempotencyConfigurationError: IdempotentHttpModule needs @nestjs\/axios and axios: npm i @nestjs\/axios axios/.test(
+      subpaths.axios,
+    ),
+    `IdempotentHttpModule.register() without @nestjs/axios: ${subpaths.axios}`,
+  );
+  check(
+    output.includes('IdempotencyOpenApiModule'),
+    `applyIdempotencyToOpenApi did not warn about the missing marks:\n${output}`,
+  );
+  console.log('/health, /openapi, /graphql and /outbound load; IdempotentHttpModule says to install @nestjs/axios axios');
+
+  step('boot the app (the root entry, no optional peer) against PostgreSQL');
   let databaseUrl = process.env.DATABASE_URL;
   if (!databaseUrl) {
     embedded = await startEmbeddedDatabase();

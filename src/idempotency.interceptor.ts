@@ -9,9 +9,9 @@ import {
   type Type,
 } from '@nestjs/common';
 import { defaultIfEmpty, lastValueFrom, Observable, type Subscriber } from 'rxjs';
-import type { FailureDecision } from './core/idempotency-engine.js';
-import { UnrepresentableInputError } from './core/errors.js';
-import { fingerprintRequest, fingerprintValue } from './core/fingerprint.js';
+import type { EngineOutcome } from './core/idempotency-engine.js';
+import { CommitRefusedError, UnrepresentableInputError } from './core/errors.js';
+import { fingerprintRequest } from './core/fingerprint.js';
 import { parseIdempotencyKey } from './core/key.js';
 import { messages } from './errors/messages.js';
 import { IdempotencyProblemException, problemResponse, problems } from './errors/problems.js';
@@ -21,12 +21,12 @@ import { captureResponse } from './http/capture.js';
 import { ResponseNotSentError } from './http/response-capture.js';
 import { describeUnreplayable, ResponseTooLargeError, UnreplayableResponseError } from './http/unreplayable.js';
 import { IDEMPOTENCY_OPTIONS, REPLAYED_HEADER } from './idempotency.constants.js';
-import type { FailurePolicy, ResolvedIdempotencyOptions } from './idempotency.options.js';
-import { problemForOutcome, resolveTenant, routeScope } from './entry-point.js';
+import type { ResolvedIdempotencyOptions } from './idempotency.options.js';
+import { problemForOutcome, resolveTenant, runHandler } from './entry-point.js';
 import { IdempotencyService } from './idempotency.service.js';
 import { IdempotentResolverInterceptor } from './graphql/idempotent-resolver.interceptor.js';
 import { IdempotentMessageInterceptor } from './rpc/idempotent-message.interceptor.js';
-import type { StoredResponse } from './store/idempotency-store.js';
+import type { StoredResponse } from './core/idempotency-store.js';
 
 /** Requests already handled by an instance of this interceptor (class- and method-level `@Idempotent()` both apply it). */
 const handledRequests = new WeakSet<object>();
@@ -111,51 +111,53 @@ export class IdempotencyInterceptor implements NestInterceptor {
       if (!parsed.ok) return refuse(problems.invalidKey(parsed.reason, parsed.detail));
       key = parsed.key;
       const tenant = await resolveTenant(this.options, context, route.name, this.logger);
-      let fingerprint: string;
+      const responseWaitMs = route.options.leaseMs;
+      let outcome: EngineOutcome<unknown>;
       try {
-        fingerprint = route.options.fingerprint
-          ? fingerprintValue(route.options.fingerprint(context))
-          : fingerprintRequest(fingerprintInput(request, route.name));
+        outcome = await runHandler(this.service, {
+          route,
+          context,
+          tenant,
+          key,
+          defaultFingerprint: () => fingerprintRequest(fingerprintInput(request, route.name)),
+          run: async () => {
+            const value = await lastValueFrom(next.handle().pipe(defaultIfEmpty(undefined)));
+            const unreplayable = describeUnreplayable(value);
+            if (unreplayable) throw new UnreplayableResponseError(unreplayable);
+            out.emit(value);
+            const sent = await wire.sent(responseWaitMs);
+            if (sent.status >= 400) throw new FailedAfterHandlerError(sent);
+            return { response: sent, result: value };
+          },
+          readFailure: async (error: unknown) => {
+            if (error instanceof UnreplayableResponseError) return { action: 'release' };
+            if (error instanceof ResponseNotSentError) return { action: 'keep' };
+            // The handler's success was rendered, but nothing of it committed: the module answers, as for an error the handler threw.
+            if (error instanceof CommitRefusedError)
+              return { definite: false, response: async () => problemResponse(problems.commitRefused()) };
+            // The app renders the error (its filters), and that rendering is what a 'store' policy keeps.
+            out.fail(error);
+            const sent =
+              error instanceof FailedAfterHandlerError ? error.response : await wire.sent(responseWaitMs).catch(() => null);
+            // An error rendered too large to store is refused like a success would be: nothing stored, the key free.
+            if (wire.refusal) return { action: 'release' };
+            if (!sent) return { action: 'keep' };
+            return { definite: isDefinite(error, sent.status), response: async () => sent };
+          },
+        });
       } catch (error) {
         if (error instanceof UnrepresentableInputError) return refuse(problems.unrepresentableBody(error.reason));
         throw error;
       }
-
-      const execution = this.service.createContext();
-      const responseWaitMs = route.options.leaseMs;
-      const handle = async () => {
-        const value = await lastValueFrom(next.handle().pipe(defaultIfEmpty(undefined)));
-        const unreplayable = describeUnreplayable(value);
-        if (unreplayable) throw new UnreplayableResponseError(unreplayable);
-        out.emit(value);
-        const sent = await wire.sent(responseWaitMs);
-        if (sent.status >= 400) throw new FailedAfterHandlerError(sent);
-        return { response: sent, result: value };
-      };
-      const onFailure = async (error: unknown): Promise<FailureDecision> => {
-        if (error instanceof UnreplayableResponseError || error instanceof ResponseNotSentError) {
-          return { action: error instanceof ResponseNotSentError ? 'keep' : 'release' };
-        }
-        // The app renders the error (its filters), and that rendering is what a 'store' policy keeps.
-        out.fail(error);
-        const sent =
-          error instanceof FailedAfterHandlerError ? error.response : await wire.sent(responseWaitMs).catch(() => null);
-        // An error rendered too large to store is refused like a success would be: nothing stored, the key free.
-        if (wire.refusal) return { action: 'release' };
-        if (!sent) return { action: 'keep' };
-        if (!execution.handlerStarted && !(error instanceof FailedAfterHandlerError)) return { action: 'release' };
-        return decide(this.policyFor(error, sent.status, route), sent);
-      };
-      const scope = routeScope(route, { tenant, key, fingerprint }, onFailure);
-      const outcome = route.options.phases
-        ? await this.service.runPhased({ ...scope, run: handle }, execution)
-        : await this.service.run({ ...scope, run: handle }, execution);
       if (outcome.kind === 'replayed') {
         // Set now, so the app's outer interceptors can tell a replay from the response they are handed.
         response.setHeader(REPLAYED_HEADER, 'true');
         wire.replace(outcome.response, [[REPLAYED_HEADER, 'true']]);
         // Nest still runs the app's outer interceptors and sends; the wire swaps in the stored bytes.
         out.emit(undefined);
+      } else if (outcome.kind === 'failure-stored' && outcome.error instanceof CommitRefusedError) {
+        // What the wire holds is the success that never committed; the stored answer goes out instead.
+        wire.replace(outcome.response);
       } else {
         wire.release();
       }
@@ -171,14 +173,6 @@ export class IdempotencyInterceptor implements NestInterceptor {
       wire.release();
       out.fail(error);
     }
-  }
-
-  /** Which policy of the route applies to a failure, by what was thrown and what the client got. */
-  private policyFor(error: unknown, status: number, route: RouteSettings): FailurePolicy {
-    // A 5xx, whether thrown as an HttpException or not, is an outcome nobody knows: not stored by default.
-    const definite =
-      error instanceof HttpException ? error.getStatus() < 500 : status < 500 && error instanceof FailedAfterHandlerError;
-    return definite ? route.options.onHttpException : route.options.onError;
   }
 
   /** The module's own answer to an outcome of the engine, or undefined when the error is the app's. */
@@ -217,6 +211,11 @@ class Outlet {
   }
 }
 
-function decide(policy: FailurePolicy, response: StoredResponse): FailureDecision {
-  return policy === 'store' ? { action: 'store', response } : { action: policy };
+/**
+ * A definite outcome (stored by the `onHttpException` policy) is a 4xx the
+ * handler threw, or one the client got when something after the handler
+ * failed; a 5xx, thrown or not, is an outcome nobody knows.
+ */
+function isDefinite(error: unknown, status: number): boolean {
+  return error instanceof HttpException ? error.getStatus() < 500 : status < 500 && error instanceof FailedAfterHandlerError;
 }

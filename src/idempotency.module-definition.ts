@@ -1,6 +1,7 @@
 import { ConfigurableModuleBuilder, type Type } from '@nestjs/common';
 import type { IdempotencyModuleOptions } from './idempotency.options.js';
-import type { IdempotencyStore } from './store/idempotency-store.js';
+import type { IdempotencyStore } from './core/idempotency-store.js';
+import type { AppTransactionManager } from './transaction/app-transaction-manager.js';
 
 /**
  * Options that shape the module's providers, so they are known before any
@@ -13,6 +14,14 @@ export interface IdempotencyModuleExtras {
   dataSource?: string;
   /** Your own store class, resolved through DI, instead of `PostgresIdempotencyStore`. */
   store?: Type<IdempotencyStore>;
+  /**
+   * The app's own transaction manager, whose `@Transactional()` methods then
+   * join the idempotent handler's transaction: `clsTransactional()` from
+   * `nest-idempotency-pg/cls-transactional`, or `typeormTransactional()` from
+   * `nest-idempotency-pg/typeorm-transactional`. Default: none (such methods
+   * open and commit transactions of their own, before the key is completed).
+   */
+  transactionManager?: AppTransactionManager;
 }
 
 export const {
@@ -23,8 +32,11 @@ export const {
 } = new ConfigurableModuleBuilder<IdempotencyModuleOptions>({ moduleName: 'Idempotency' })
   .setClassMethodName('forRoot')
   .setFactoryMethodName('createIdempotencyOptions')
-  .setExtras<IdempotencyModuleExtras>({ isGlobal: true, dataSource: undefined, store: undefined }, (definition, extras) => ({
-    ...definition,
-    global: extras.isGlobal,
-  }))
+  .setExtras<IdempotencyModuleExtras>(
+    { isGlobal: true, dataSource: undefined, store: undefined, transactionManager: undefined },
+    (definition, extras) => ({
+      ...definition,
+      global: extras.isGlobal,
+    }),
+  )
   .build();

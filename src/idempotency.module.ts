@@ -3,7 +3,6 @@ import { DiscoveryModule } from '@nestjs/core';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { IdempotencyConfigurationError } from './errors/configuration.error.js';
-import { IdempotencyHealthIndicator } from './health/idempotency-health.indicator.js';
 import { messages } from './errors/messages.js';
 import {
   IDEMPOTENCY_CLAIM_DATA_SOURCE,
@@ -27,11 +26,10 @@ import {
   type ResolvedIdempotencyOptions,
 } from './idempotency.options.js';
 import { IdempotencyService } from './idempotency.service.js';
-import { openApiMarksProvider } from './openapi/openapi-marks.js';
 import { ClaimPoolLifecycle, openClaimPool } from './store/claim-pool.js';
 import { IdempotencyEvents } from './telemetry/events.js';
 import { createEngineObserver } from './telemetry/opentelemetry.js';
-import { IdempotencyStore } from './store/idempotency-store.js';
+import { IdempotencyStore } from './core/idempotency-store.js';
 import { keyTableOf } from './store/idempotency-key.entity.js';
 import { PostgresIdempotencyStore } from './store/postgres-idempotency.store.js';
 import { IdempotencySchemaCheck } from './store/schema-check.js';
@@ -41,6 +39,11 @@ import { Outbox } from './outbox/outbox.js';
 import { OutboxRelay } from './outbox/outbox-relay.js';
 import { DownstreamKeys } from './transaction/downstream-keys.js';
 import { TransactionHost } from './transaction/transaction-host.js';
+import {
+  AppTransactionManagerSetUp,
+  IDEMPOTENCY_TRANSACTION_MANAGER,
+  type AppTransactionManager,
+} from './transaction/app-transaction-manager.js';
 import { EffectLedger } from './ledger/effect-ledger.js';
 import { IdempotentMessageInterceptor } from './rpc/idempotent-message.interceptor.js';
 import { IdempotentResolverInterceptor } from './graphql/idempotent-resolver.interceptor.js';
@@ -59,7 +62,6 @@ const EXPORTS = [
   // The interceptor is instantiated in each controller's module, so what it injects must be exported.
   IdempotentRoutes,
   IdempotencySweeper,
-  IdempotencyHealthIndicator,
   IdempotencyEvents,
   IDEMPOTENCY_OPTIONS,
 ];
@@ -81,6 +83,13 @@ export class IdempotencyModule extends ConfigurableModuleClass {
   private static withProviders(definition: DynamicModule, extras: IdempotencyModuleExtras): DynamicModule {
     if (extras.dataSource !== undefined && (typeof extras.dataSource !== 'string' || extras.dataSource === '')) {
       throw new IdempotencyConfigurationError(messages.config.dataSource);
+    }
+    const appTransactions = extras.transactionManager as Partial<AppTransactionManager> | undefined;
+    if (
+      appTransactions !== undefined &&
+      (typeof appTransactions?.join !== 'function' || typeof appTransactions.setUp !== 'function')
+    ) {
+      throw new IdempotencyConfigurationError(messages.transactionManager.invalid);
     }
     const providers: Provider[] = [
       {
@@ -116,6 +125,9 @@ export class IdempotencyModule extends ConfigurableModuleClass {
               }),
             inject: [IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS, IDEMPOTENCY_CLAIM_DATA_SOURCE],
           },
+      // A factory, since a value provider cannot be undefined.
+      { provide: IDEMPOTENCY_TRANSACTION_MANAGER, useFactory: () => extras.transactionManager },
+      AppTransactionManagerSetUp,
       IdempotencyService,
       TransactionHost,
       DownstreamKeys,
@@ -130,9 +142,6 @@ export class IdempotencyModule extends ConfigurableModuleClass {
       EffectLedger,
       IdempotencySweeper,
       IdempotencySchemaCheck,
-      IdempotencyHealthIndicator,
-      // Marks idempotent routes for @nestjs/swagger when it is installed (see applyIdempotencyToOpenApi).
-      openApiMarksProvider,
     ];
     return {
       ...definition,

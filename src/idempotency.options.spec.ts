@@ -22,6 +22,14 @@ describe('resolveIdempotencyOptions', () => {
     expect([...o.replayHeaders]).toEqual(['content-type', 'location', 'etag', 'content-location']);
   });
 
+  it('keeps maxHold unset for ten of each route its lease, and inherits an explicit one', () => {
+    const module = resolveIdempotencyOptions({ tenant, lease: '1s' });
+    expect(module.maxHoldMs).toBeUndefined();
+    const explicit = resolveIdempotencyOptions({ tenant, maxHold: '1m' });
+    expect(resolveRouteOptions({ lease: '2s' }, explicit, 'route').maxHoldMs).toBe(60_000);
+    expect(() => resolveRouteOptions({ lease: '2m' }, explicit, 'route')).toThrow(/maxHold/);
+  });
+
   it("parses '30s'-style durations", () => {
     expect(resolveIdempotencyOptions({ tenant, ttl: '2h', lease: '45s' })).toMatchObject({ ttlMs: 7_200_000, leaseMs: 45_000 });
   });
@@ -37,6 +45,7 @@ describe('resolveIdempotencyOptions', () => {
     [{ tenant, replayHeaders: ['Set-Cookie'] }, /never replayed/],
     [{ tenant, tableName: 'x; DROP TABLE y' }, /`tableName` must be a plain SQL identifier/],
     [{ tenant, onError: 'retry' }, /onError must be 'store', 'release' or 'keep'/],
+    [{ tenant, lease: '10s', maxHold: '5s' }, /maxHold \(5000 ms\) is shorter than the lease \(10000 ms\)/],
     [{ tenant, sweep: { batchSize: 0 } }, /sweep.batchSize/],
     [{ tenant, sweep: { dutyCycle: 0 } }, /sweep.dutyCycle/],
     [{ tenant, sweep: { dutyCycle: 1.5 } }, /sweep.dutyCycle/],

@@ -80,13 +80,22 @@ export interface OutboxRelayOptions {
   batchSize?: number;
   /** Deliveries of one batch run at the same time. Default 10. */
   concurrency?: number;
-  /** Failed deliveries before a message is dead-lettered. Default 10. */
+  /**
+   * Delivery attempts before a message is dead-lettered, each counted when
+   * the message is claimed for delivery, so an attempt that ends in a crash
+   * or an expired lock counts like a failure. Default 10.
+   */
   maxAttempts?: number;
   /** Wait before the first retry; doubles per attempt (with jitter). Default 1 s. */
   initialBackoff?: Duration;
   /** Longest wait between retries. Default 5 min. */
   maxBackoff?: Duration;
-  /** How long a claimed message is reserved for its relay before another may retry it. Default 60 s. */
+  /**
+   * How long a claimed message is reserved for its relay before another may
+   * take it over. A round may last longer: before each delivery the relay
+   * renews the lock of its round's unsettled messages when less than
+   * `deliveryTimeout` plus half the remaining margin is left. Default 60 s.
+   */
   lockTimeout?: Duration;
   /**
    * How long a handler may take before its delivery counts as a failed attempt
@@ -156,6 +165,13 @@ export interface IdempotencyRouteOptions {
    * all writes to this database; not with `phases`.
    */
   claimMode?: ClaimMode;
+  /**
+   * The longest the heartbeat keeps one attempt's key: past it the lease is
+   * no longer renewed, runs out, and a retry takes the key over, fencing the
+   * hung attempt like a dead one (its writes are rolled back when it
+   * completes). At least the lease. Default ten leases.
+   */
+  maxHold?: Duration;
   /**
    * Message handlers only: deliveries of a message whose handler keeps failing
    * (counted by its key's attempts, and by the broker where it counts them)
@@ -231,6 +247,8 @@ export interface ResolvedRouteOptions {
   key?: string | KeyExtractor;
   maxDeliveries: number;
   maxResponseBytes: number;
+  /** Undefined: ten of the route's leases. */
+  maxHoldMs?: number;
 }
 
 export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
@@ -400,7 +418,12 @@ export function resolveRouteOptions(
   if (!Number.isSafeInteger(maxResponseBytes) || maxResponseBytes < 1) {
     throw new IdempotencyConfigurationError(messages.config.maxResponseBytes(where, maxResponseBytes));
   }
+  const maxHoldMs = options.maxHold === undefined ? defaults?.maxHoldMs : toMs(options.maxHold, `${where}: maxHold`);
+  if (maxHoldMs !== undefined && maxHoldMs < leaseMs) {
+    throw new IdempotencyConfigurationError(messages.config.maxHold(where, maxHoldMs, leaseMs));
+  }
   return {
+    maxHoldMs,
     required,
     ttlMs,
     leaseMs,

@@ -18,8 +18,14 @@ import {
   type ResolvedIdempotencyOptions,
   type Duration,
 } from './idempotency.options.js';
-import { IdempotencyStore, type StoredResponse, type SweepOptions, type SweepResult } from './store/idempotency-store.js';
+import { IdempotencyStore, type StoredResponse, type SweepOptions, type SweepResult } from './core/idempotency-store.js';
 import { idempotencyContext, type IdempotencyExecutionContext } from './transaction/idempotency-context.js';
+import {
+  IDEMPOTENCY_TRANSACTION_MANAGER,
+  type AppTransactionManager,
+  type TransactionOutcome,
+} from './transaction/app-transaction-manager.js';
+import { StoreUnavailableError } from './core/errors.js';
 
 /** A unit of non-HTTP work to run at most once per key (a message, a job). */
 export interface ExecuteInput {
@@ -70,6 +76,7 @@ export class IdempotencyService {
     @Inject(IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
     @Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: DataSource,
     @Optional() @Inject(IDEMPOTENCY_OBSERVER) observer?: EngineObserver,
+    @Optional() @Inject(IDEMPOTENCY_TRANSACTION_MANAGER) private readonly appTransactions?: AppTransactionManager,
   ) {
     this.engine = new IdempotencyEngine(store, observer);
   }
@@ -150,13 +157,29 @@ export class IdempotencyService {
     context: IdempotencyExecutionContext = this.createContext(),
   ): Promise<EngineOutcome<R>> {
     context.scope = { tenant: work.tenant, key: work.key };
-    return this.engine.execute({
+    let ended: (outcome: TransactionOutcome) => void = () => undefined;
+    const ending = new Promise<TransactionOutcome>((resolve) => (ended = resolve));
+    const outcome = this.engine.execute({
       ...work,
       run: (manager, claim) => {
         context.scope = { tenant: work.tenant, key: work.key, generation: claim.generation };
-        return idempotencyContext.run(Object.assign(context, { manager, transactional: true }), () => work.run(manager, claim));
+        return idempotencyContext.run(Object.assign(context, { manager, transactional: true }), () =>
+          this.joined(manager, () => work.run(manager, claim), ending),
+        );
       },
     });
+    // Once the engine is done, the work's transaction has ended: committed only when it executed.
+    outcome.then(
+      (done) => ended(done.kind === 'executed' ? 'committed' : 'rolled-back'),
+      (error: unknown) =>
+        ended(error instanceof StoreUnavailableError && error.outcome === 'unknown' ? 'unknown' : 'rolled-back'),
+    );
+    return outcome;
+  }
+
+  /** Runs `work` with the app's own transaction manager (if any) joined to the module's transaction. */
+  private joined<T>(manager: EntityManager, work: () => Promise<T>, ended: Promise<TransactionOutcome>): Promise<T> {
+    return this.appTransactions ? this.appTransactions.join(manager, work, ended) : work();
   }
 
   /** `run` for phased work: no transaction around the work, one per phase, each visible through `TransactionHost`. */
@@ -172,7 +195,8 @@ export class IdempotencyService {
         context.scope = { tenant: work.tenant, key: work.key, generation: claim.generation };
         return idempotencyContext.run(context, () => work.run(phases, claim));
       },
-      enterPhase: (manager, fn) => idempotencyContext.run({ ...context, manager, transactional: true }, fn),
+      enterPhase: (manager, fn, ended) =>
+        idempotencyContext.run({ ...context, manager, transactional: true }, () => this.joined(manager, fn, ended)),
     });
   }
 

@@ -1,6 +1,15 @@
 /**
  * The public API: what an application imports. Everything else under src/ is
  * internal and may change without notice.
+ *
+ * This root entry is the core, and needs only the required peers. Integrations
+ * tied to an optional peer have subpaths of their own, so an app that does not
+ * use them loads none of their code: `nest-idempotency-pg/health` (Terminus),
+ * `/openapi` (Swagger), `/graphql` (the GraphQL errors), `/outbound` (derived
+ * keys on fetch and axios calls), `/jetstream` (NATS JetStream),
+ * `/cls-transactional` and `/typeorm-transactional` (the app's own transaction
+ * manager joins the handler's transaction), and `/client` (the retrying
+ * client, without Nest).
  */
 export { IdempotencyModule } from './idempotency.module.js';
 export type { IdempotencyModuleExtras } from './idempotency.module-definition.js';
@@ -24,38 +33,17 @@ export {
   type StoredResponse,
   type SweepOptions,
   type SweepResult,
-} from './store/idempotency-store.js';
+} from './core/idempotency-store.js';
 export { PostgresIdempotencyStore } from './store/postgres-idempotency.store.js';
 export { createIdempotencyKeysMigration, CreateIdempotencyKeys1764460800000 } from './store/idempotency-keys.migration.js';
 export { migratingDataSourceFactory, runMigrationsWithLock, type RunMigrationsOptions } from './store/run-migrations.js';
 export { createIdempotencyKeyEntity, IdempotencyKeyEntity } from './store/idempotency-key.entity.js';
 export { IdempotencySweeper, type SweepReport } from './sweeper/idempotency.sweeper.js';
-export {
-  HEALTH_PROBE_TENANT,
-  IdempotencyHealthIndicator,
-  type IdempotencyHealthOptions,
-  type IdempotencyHealthReport,
-  type IdempotencyHealthResult,
-  type IdempotencyHealthStatus,
-  type OutboxHealth,
-  type StoreHealth,
-  type SweeperHealth,
-} from './health/idempotency-health.indicator.js';
-export { applyIdempotencyToOpenApi, IDEMPOTENCY_PROBLEM_SCHEMA, type OpenApiDocumentLike } from './openapi/apply-idempotency.js';
-export type { IdempotencyOperationMark } from './openapi/openapi-marks.js';
 export { TransactionHost } from './transaction/transaction-host.js';
+export type { AppTransactionManager, TransactionOutcome } from './transaction/app-transaction-manager.js';
 export { TxManager } from './transaction/tx-manager.decorator.js';
 export { Phased } from './transaction/phased.decorator.js';
 export { DownstreamKeys } from './transaction/downstream-keys.js';
-export type { DownstreamKeyOptions } from './outbound/downstream-request-key.js';
-export {
-  createDownstreamFetch,
-  type DownstreamFetch,
-  type DownstreamFetchOptions,
-  type DownstreamRequestInit,
-} from './outbound/downstream-fetch.js';
-export { attachDownstreamKeys, downstreamPurpose, type AxiosInstanceLike } from './outbound/axios-downstream-keys.js';
-export { IdempotentHttpModule, type IdempotentHttpModuleOptions } from './outbound/idempotent-http.module.js';
 export { Phases } from './core/phases.js';
 export { deriveKey, businessKey, businessKeyWithin, type DeriveKeyOptions } from './core/derived-keys.js';
 export {
@@ -75,7 +63,6 @@ export type { OutboxOptions, OutboxRelayOptions } from './idempotency.options.js
 export type { EffectLedgerOptions, KeyExtractor } from './idempotency.options.js';
 export { EffectLedger, EffectLedgerUsageError, type EffectKeyOptions } from './ledger/effect-ledger.js';
 export { createEffectLedgerMigration, CreateEffectLedger1764806400000 } from './ledger/effect-ledger.migration.js';
-export { IdempotencyGraphQLError, type IdempotencyErrorExtensions } from './graphql/graphql-problem.js';
 export {
   IdempotencyEvents,
   type IdempotencyEvent,

@@ -131,24 +131,37 @@ describe.each(ADAPTERS)('the fast path over %s: heartbeat, bounded wait, request
   });
 
   describe("claim mode 'request-transaction'", () => {
-    it('one transaction per new key: BEGIN, claim, handler, completion, COMMIT on one connection', async () => {
+    it("one transaction per new key, in the bare handler's three round trips: BEGIN + claim, handler, completion + COMMIT", async () => {
       const label = fresh();
       counter.reset();
       const first = await post(two.url, '/in-tx', { label }, `k-${label}`);
       expect(first.status).toBe(201);
-      expect(counter.queries).toHaveLength(5);
-      expect(counter.queries[0]).toBe('START TRANSACTION');
-      expect(counter.queries[1]).toMatch(/nest-idempotency:claim/);
-      expect(counter.queries[2]).toMatch(/^INSERT INTO effects/);
-      expect(counter.queries[3]).toMatch(/nest-idempotency:complete/);
-      expect(counter.queries[4]).toBe('COMMIT');
+      expect(counter.queries).toHaveLength(3);
+      expect(counter.queries[0]).toMatch(
+        /^\/\* nest-idempotency:begin-and-claim \*\/ START TRANSACTION; SELECT \* FROM .*_claim_in_transaction"\(\$1.*\); SAVEPOINT nest_idempotency_work$/,
+      );
+      expect(counter.queries[1]).toMatch(/^INSERT INTO effects/);
+      expect(counter.queries[2]).toMatch(
+        /^\/\* nest-idempotency:complete-and-commit \*\/ SELECT .*_complete_in_transaction"\(\$1.*; COMMIT$/,
+      );
       const replay = await post(two.url, '/in-tx', { label }, `k-${label}`);
       expect(replay.headers['idempotent-replayed']).toBe('true');
       expect(Buffer.compare(replay.body, first.body)).toBe(0);
       expect(await effects(label)).toBe(1);
     });
 
-    it('a duplicate on another instance waits on the row lock, then replays what committed', async () => {
+    it('writes a new key once, completed: not even its own transaction sees an in-flight row', async () => {
+      const label = fresh();
+      const first = await post(two.url, '/in-tx-own-row', { label }, `k-${label}`);
+      expect(first.status).toBe(201);
+      expect(first.json()).toEqual({ rowsSeenByHandler: 0 });
+      expect((await keyRow(`k-${label}`)).status).toBe('completed');
+      const replay = await post(one.url, '/in-tx-own-row', { label }, `k-${label}`);
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(replay.text()).toBe(first.text());
+    });
+
+    it('a duplicate on another instance waits on the key, then replays what committed', async () => {
       const label = fresh();
       one.probe.delays.set(label, [500]);
       const original = post(one.url, '/in-tx', { label }, `k-${label}`);

@@ -5,6 +5,7 @@ import { createTables, freshSchema, sqlClient } from './support/database.js';
 import { startGraphQLApp, type GraphQLTestApp } from './support/graphql-app.js';
 import { send, sleep, type RawResponse } from './support/http.js';
 import { ADAPTERS } from './support/test-app.js';
+import { CapturingNestLogger } from './real-app/log-capture.js';
 
 const REFUND = `mutation Refund($input: RefundInput!) { refund(input: $input) { id label amount invocation createdAt } }`;
 
@@ -142,5 +143,94 @@ describe.each(ADAPTERS)('idempotent GraphQL mutations (%s)', (adapter) => {
     expect(await keyRow(`k-${label}`)).toBeUndefined();
     const corrected = await graphql(query, { input: { label, amount: 1 } }, `k-${label}`);
     expect(corrected.json().data.validatedRefund).toEqual({ invocation: 1 });
+  });
+});
+
+/**
+ * A client's mistake (no key, a bad key, a reused key, a retry too early) is
+ * the client's 4xx, as on an HTTP route: nothing for the server's error log,
+ * and certainly no stack trace there. The module logs its own server-side
+ * failures itself; the app's own failures stay Nest's to log.
+ */
+describe.each(ADAPTERS)("what a GraphQL client's mistake leaves in the logs (%s)", (adapter) => {
+  let api: GraphQLTestApp;
+  const logs = new CapturingNestLogger();
+  let n = 0;
+  const fresh = () => `gql-logs-${adapter}-${Date.now()}-${++n}`;
+  const graphql = (query: string, variables: unknown, key?: string, tenant?: string): Promise<RawResponse> => {
+    const headers: Array<[string, string]> = tenant === undefined ? [] : [['X-Tenant', tenant]];
+    if (key !== undefined) headers.push(['Idempotency-Key', key]);
+    return send(api.url, 'POST', '/graphql', { headers, body: { query, variables } });
+  };
+  /** The error and warning lines logged since line `from`. */
+  const errorLines = (from: number) => logs.lines.slice(from).filter((line) => /^(error|fatal|warn):/.test(line));
+
+  beforeAll(async () => {
+    const schema = await freshSchema(`graphql_logs_${adapter}`);
+    await createTables(schema);
+    api = await startGraphQLApp(adapter, schema, {}, logs);
+  });
+  afterAll(async () => {
+    await api?.close();
+  });
+
+  it('logs nothing for a missing key (400), an invalid key (400), a reused key (422) or a duplicate in flight (409)', async () => {
+    const label = fresh();
+    const before = logs.lines.length;
+    const answers = [
+      await graphql(REFUND, { input: { label, amount: 1 } }, undefined, 'tenant-a'),
+      await graphql(REFUND, { input: { label, amount: 1 } }, 'a,b', 'tenant-a'),
+    ];
+    await graphql(REFUND, { input: { label, amount: 1 } }, `k-${label}`, 'tenant-a');
+    answers.push(await graphql(REFUND, { input: { label, amount: 2 } }, `k-${label}`, 'tenant-a'));
+    const slowInput = { input: { label: `${label}-slow`, amount: 1, delayMs: 800 } };
+    const slow = graphql(REFUND, slowInput, `slow-${label}`, 'tenant-a');
+    while (api.probe.count(`${label}-slow`) === 0) await sleep(10);
+    answers.push(await graphql(REFUND, slowInput, `slow-${label}`, 'tenant-a'));
+    expect((await slow).json().data.refund.invocation).toBe(1);
+
+    expect(answers.map((res) => res.json().errors[0].extensions.code)).toEqual([
+      'MISSING_KEY',
+      'INVALID_KEY',
+      'MISMATCH',
+      'CONFLICT',
+    ]);
+    expect(errorLines(before)).toEqual([]);
+  });
+
+  it("logs a resolver's stored GraphQL error as Nest logs any resolver error the first time, and nothing for its replay", async () => {
+    const label = fresh();
+    const decline = `mutation ($input: RefundInput!) { declineRefund(input: $input) { id } }`;
+    const first = logs.lines.length;
+    await graphql(decline, { input: { label, amount: 1 } }, `k-${label}`, 'tenant-a');
+    // With the resolver's stack (test/support/graphql-app.ts), as Nest logs it without the module.
+    expect(
+      errorLines(first).some((line) => line.includes('The charge cannot be refunded.') && line.includes('graphql-app.ts')),
+    ).toBe(true);
+    const replayed = logs.lines.length;
+    const replay = await graphql(decline, { input: { label, amount: 1 } }, `k-${label}`, 'tenant-a');
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.json().errors[0].extensions.code).toBe('REFUND_DECLINED');
+    expect(errorLines(replayed)).toEqual([]);
+  });
+
+  it("logs a server-side failure of the module once, as the module's own line without a stack; the app's own failure as Nest does", async () => {
+    const before = logs.lines.length;
+    // No X-Tenant: the resolver finds no tenant, the module's 500 (fail closed).
+    const unresolved = await graphql(REFUND, { input: { label: fresh(), amount: 1 } }, `k-${fresh()}`);
+    expect(unresolved.json().errors[0].extensions).toMatchObject({ code: 'TENANT_UNRESOLVED', status: 500 });
+    const lines = errorLines(before);
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/^error: The tenant resolver returned nothing for RefundsResolver\.refund\..* Idempotency$/);
+
+    // The control: an error of the resolver itself is a server error, and Nest logs it with its stack.
+    const failed = logs.lines.length;
+    const fail = `mutation ($input: RefundInput!) { failRefund(input: $input) { id } }`;
+    await graphql(fail, { input: { label: fresh(), amount: 1 } }, `k-${fresh()}`, 'tenant-a');
+    expect(
+      errorLines(failed).some(
+        (line) => line.includes('the payment provider exploded') && /\n\s+at /.test(line) && line.endsWith('ExceptionsHandler'),
+      ),
+    ).toBe(true);
   });
 });

@@ -8,9 +8,8 @@ import { HealthCheck, HealthCheckService, TerminusModule, TypeOrmHealthIndicator
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import type pg from 'pg';
 import type { DataSource } from 'typeorm';
+import { HEALTH_PROBE_TENANT, IdempotencyHealthIndicator, IdempotencyHealthModule } from '../src/health/index.js';
 import {
-  HEALTH_PROBE_TENANT,
-  IdempotencyHealthIndicator,
   IdempotencyModule,
   IdempotencyStore,
   IdempotencySweeper,
@@ -76,6 +75,7 @@ async function startHealthApp(
       ScheduleModule.forRoot(),
       IdempotencyModule.forRoot({ tenant: () => 'health', store: FaultableStore, sweep: false, ...options }),
       TerminusModule,
+      IdempotencyHealthModule,
     ],
     controllers: [HealthController],
   })
@@ -272,5 +272,39 @@ describe('IdempotencyHealthIndicator.report() and the sweeper schedule', () => {
     expect(report.status).toBe('degraded');
     expect(report.sweeper.status).toBe('degraded');
     expect(report.sweeper.message).toMatch(/^The sweeper has not finished a run for \d+ s\.$/);
+  });
+});
+
+describe('IdempotencyHealthIndicator comes from IdempotencyHealthModule, not from IdempotencyModule', () => {
+  let app: INestApplication | undefined;
+  afterEach(async () => {
+    await app?.close();
+    app = undefined;
+  });
+
+  async function create(schema: string, feature: { isGlobal: boolean; health: 'none' | 'provider' }) {
+    @Module({
+      imports: [IdempotencyModule.forRoot({ tenant: () => 'health', sweep: false, isGlobal: feature.isGlobal })],
+      providers: feature.health === 'provider' ? [IdempotencyHealthIndicator] : [],
+    })
+    class FeatureModule {}
+    @Module({ imports: [TypeOrmModule.forRoot({ ...dataSourceOptions(schema), retryAttempts: 0 }), FeatureModule] })
+    class RootModule {}
+    return NestFactory.create(RootModule, new ExpressAdapter(), { logger: false, abortOnError: false });
+  }
+
+  it('IdempotencyModule alone provides no health indicator', async () => {
+    const schema = await freshSchema('health_without_module');
+    await createTables(schema);
+    app = await create(schema, { isGlobal: true, health: 'none' });
+    expect(() => app!.get(IdempotencyHealthIndicator)).toThrow();
+  });
+
+  it('with isGlobal: false, the indicator works as a provider of the module that imports IdempotencyModule', async () => {
+    const schema = await freshSchema('health_not_global');
+    await createTables(schema);
+    app = await create(schema, { isGlobal: false, health: 'provider' });
+    await app.init();
+    expect(await app.get(IdempotencyHealthIndicator).report()).toMatchObject({ status: 'up', store: { status: 'up' } });
   });
 });

@@ -16,24 +16,18 @@ import {
   type IdempotencyModuleOptions,
 } from '../src/index.js';
 import { createEffectLedgerStatements, LEDGER_TABLE_COLUMNS } from '../src/ledger/effect-ledger.sql.js';
-import { createTables, dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
+import { createTables, dataSourceOptions, DataSourceTracker, freshSchema, sqlClient } from './support/database.js';
 
 // A bootstrap that fails leaves no app to close, so the data sources it opened are closed at the end.
-const opened: DataSource[] = [];
-afterAll(async () => {
-  await Promise.all(opened.filter((d) => d.isInitialized).map((d) => d.destroy()));
-});
+const dataSources = new DataSourceTracker();
+afterAll(() => dataSources.closeAll());
 
 async function boot(schema: string, options: Partial<IdempotencyModuleOptions> = {}): Promise<INestApplicationContext> {
   @Module({
     imports: [
       TypeOrmModule.forRootAsync({
         useFactory: () => ({ ...dataSourceOptions(schema), retryAttempts: 0 }) as TypeOrmModuleOptions,
-        dataSourceFactory: async (options) => {
-          const dataSource = await new DataSource(options!).initialize();
-          opened.push(dataSource);
-          return dataSource;
-        },
+        dataSourceFactory: dataSources.factory(),
       }),
       IdempotencyModule.forRoot({ tenant: () => 'unused', sweep: false, ...options }),
     ],

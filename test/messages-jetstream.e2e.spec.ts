@@ -1,8 +1,8 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, expect, it } from '@jest/globals';
 import type pg from 'pg';
 import { createEffectLedgerStatements } from '../src/ledger/effect-ledger.sql.js';
 import { JetStreamServer } from '../src/rpc/jetstream/index.js';
-import { JetStreamFixture, NATS_URL, waitFor } from './support/brokers.js';
+import { describeWithBroker, JetStreamFixture, NATS_URL, waitFor } from './support/brokers.js';
 import { startConsumer, type ConsumerApp } from './support/consumer-app.js';
 import { createTables, freshSchema, sqlClient } from './support/database.js';
 import { sleep } from './support/http.js';
@@ -14,7 +14,7 @@ const CONSUMER = 'refunds-worker';
  * through `JetStreamServer`: explicit acks, the key from `Nats-Msg-Id`,
  * redeliveries by nak with a delay, dead letters republished to a stream.
  */
-describe('idempotent message handlers on NATS JetStream', () => {
+describeWithBroker('nats', 'idempotent message handlers on NATS JetStream', () => {
   let db: pg.Client;
   let js: JetStreamFixture;
   let consumer: ConsumerApp;
@@ -37,10 +37,9 @@ describe('idempotent message handlers on NATS JetStream', () => {
       stream: { name: js.stream },
       consumer: { name: CONSUMER, config: { ack_wait: 5_000_000_000 } },
       deadLetterSubject: (subject) => `dead-letter.${subject}`,
+      // This test's stream has subjects of its own (`<prefix>.refund.requested`); the handlers listen on `refund.requested`.
+      pattern: (subject) => subject.slice(js.subject.length + 1),
     });
-    // This test's stream has subjects of its own (`<prefix>.refund.requested`); the handlers listen on `refund.requested`.
-    const lookUp = strategy.getHandlerByPattern.bind(strategy);
-    strategy.getHandlerByPattern = (pattern: string) => lookUp(pattern.slice(js.subject.length + 1));
     consumer = await startConsumer(schema, { strategy });
   });
   afterAll(async () => {

@@ -1,7 +1,8 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, beforeEach, expect, it } from '@jest/globals';
 import type pg from 'pg';
+import { fingerprintValue } from '../src/core/fingerprint.js';
 import { createEffectLedgerStatements } from '../src/ledger/effect-ledger.sql.js';
-import { RabbitQueue, waitFor } from './support/brokers.js';
+import { describeWithBroker, RabbitQueue, waitFor } from './support/brokers.js';
 import { startConsumer, type ConsumerApp, type TestMessage } from './support/consumer-app.js';
 import { createTables, freshSchema, sqlClient } from './support/database.js';
 import { sleep } from './support/http.js';
@@ -11,7 +12,7 @@ import { sleep } from './support/http.js';
  * consumer process, manual acknowledgements, effects counted in PostgreSQL.
  * The multi-process and crash scenarios are in test/reliability/consumers.spec.ts.
  */
-describe('idempotent message handlers on RabbitMQ', () => {
+describeWithBroker('rabbitmq', 'idempotent message handlers on RabbitMQ', () => {
   let db: pg.Client;
   let queue: RabbitQueue;
   let consumer: ConsumerApp;
@@ -100,6 +101,29 @@ describe('idempotent message handlers on RabbitMQ', () => {
     expect(consumer.probe.count(label)).toBe(3);
     expect(await effects(label)).toBe(0);
     expect(await queue.depth()).toBe(0);
+  });
+
+  it('dead-letters, before its handler runs, a message whose earlier deliveries all died without a verdict (crashes, OOM)', async () => {
+    const label = fresh();
+    const data = { label };
+    // What three deliveries that each killed their consumer leave behind: the key in flight, attempted 3 times, its lease run out.
+    await db.query(
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, generation, attempt, lease_expires_at, expires_at)
+       VALUES ('tenant-a', $1, $2, 'in_flight', gen_random_uuid(), gen_random_uuid(), 3, now() - interval '1 second', now() + interval '1 hour')`,
+      [`msg-${label}`, fingerprintValue({ pattern: 'refund.requested', data })],
+    );
+    await publish(data, `msg-${label}`);
+    expect(await queue.waitForDeadLetters(1, 10_000)).toBe(true);
+    const [dead] = await queue.takeDeadLetters();
+    expect(dead.messageId).toBe(`msg-${label}`);
+    // maxDeliveries is 3 on this handler: no fourth run.
+    expect(consumer.probe.count(label)).toBe(0);
+    expect(await effects(label)).toBe(0);
+    // The key is given back, so a redrive once the cause is fixed starts with a fresh count.
+    expect(await keyRow(`msg-${label}`)).toBeUndefined();
+    const line = consumer.logs.find((l) => l.includes('already attempted 3 times'));
+    expect(line).toContain('RefundsConsumer.requested');
+    expect(line).not.toContain(`msg-${label}`);
   });
 
   it('runs a phased handler: a redelivery after a failure between phases resumes after the recorded phase', async () => {

@@ -7,14 +7,8 @@ import { ApiConflictResponse, ApiCreatedResponse, ApiProperty, DocumentBuilder, 
 import { TypeOrmModule } from '@nestjs/typeorm';
 import fc from 'fast-check';
 import { parseIdempotencyKey } from '../src/core/key.js';
-import {
-  applyIdempotencyToOpenApi,
-  IDEMPOTENCY_PROBLEM_SCHEMA,
-  Idempotent,
-  IdempotencyModule,
-  ProblemType,
-  SkipIdempotency,
-} from '../src/index.js';
+import { Idempotent, IdempotencyModule, ProblemType, SkipIdempotency } from '../src/index.js';
+import { applyIdempotencyToOpenApi, IDEMPOTENCY_PROBLEM_SCHEMA, IdempotencyOpenApiModule } from '../src/openapi/index.js';
 import { BARE_KEY_PATTERN } from '../src/openapi/apply-idempotency.js';
 import { loadConfig } from '../sample-app/config.js';
 import { createSampleApp } from '../sample-app/create-app.js';
@@ -86,6 +80,7 @@ async function createApp(adapter: AdapterName, schema: string): Promise<INestApp
     imports: [
       TypeOrmModule.forRoot({ ...dataSourceOptions(schema), retryAttempts: 0 }),
       IdempotencyModule.forRoot({ tenant: () => 'openapi', sweep: false, maxKeyLength: MAX_KEY_LENGTH }),
+      IdempotencyOpenApiModule,
     ],
     controllers: [ChargesController, OrdersController],
   })

@@ -144,6 +144,17 @@ describe('outbox relay: bounded deliveries and settlement failures', () => {
       expect(await row(hung)).toMatchObject({ status: 'dead', attempts: MAX_ATTEMPTS });
     });
 
+    it('a message whose last attempt never settled and has no attempt left is dead-lettered undelivered, its last failure kept', async () => {
+      const id = await timed.outbox.enqueue('receipt', { label: 'exhausted-1' });
+      // Earlier failures were recorded, then the last attempt's relay died: every attempt spent, the lock run out.
+      await db.query(`UPDATE outbox_messages SET attempts = $2, last_error = 'smtp timeout' WHERE id = $1`, [id, MAX_ATTEMPTS]);
+      expect(await timed.relay.relayOnce()).toMatchObject({ claimed: 1, deadLettered: 1, delivered: 0, retried: 0 });
+      expect(seen.get('exhausted-1')).toBeUndefined();
+      const dead = await row(id);
+      expect(dead).toMatchObject({ status: 'dead', attempts: MAX_ATTEMPTS, locked: null });
+      expect(dead.last_error).toMatch(/attempted 3 times.*without a result.* Last recorded failure: smtp timeout$/);
+    });
+
     it('a handler that finishes after its timeout never marks the message; a later round delivers it', async () => {
       const id = await timed.outbox.enqueue('late', { label: 'late-1' });
       expect(await timed.relay.relayOnce()).toMatchObject({ claimed: 1, retried: 1, timedOut: 1 });

@@ -16,7 +16,14 @@ import {
   type IdempotencyModuleOptions,
 } from '../src/index.js';
 import { createOutboxStatements, createTableStatements, KEY_TABLE_COLUMNS, OUTBOX_TABLE_COLUMNS } from '../src/store/sql.js';
-import { createOutboxTable, createTables, dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
+import {
+  createOutboxTable,
+  createTables,
+  dataSourceOptions,
+  DataSourceTracker,
+  freshSchema,
+  sqlClient,
+} from './support/database.js';
 
 async function sql(schema: string, ...statements: string[]): Promise<Array<Record<string, unknown>>> {
   const client = await sqlClient(schema);
@@ -59,17 +66,9 @@ describe('the expected columns', () => {
 
 describe('start-up schema check', () => {
   // A bootstrap that fails leaves no app to close, so the data sources it opened are closed here.
-  const opened: DataSource[] = [];
-  const tracked =
-    (factory: (options?: DataSourceOptions) => Promise<DataSource> = (options) => new DataSource(options!).initialize()) =>
-    async (options?: DataSourceOptions) => {
-      const dataSource = await factory(options);
-      opened.push(dataSource);
-      return dataSource;
-    };
-  afterAll(async () => {
-    await Promise.all(opened.filter((d) => d.isInitialized).map((d) => d.destroy()));
-  });
+  const dataSources = new DataSourceTracker();
+  const tracked = (factory?: (options?: DataSourceOptions) => Promise<DataSource>) => dataSources.factory(factory);
+  afterAll(() => dataSources.closeAll());
 
   async function boot(
     schema: string,

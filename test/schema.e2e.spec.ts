@@ -12,7 +12,7 @@ import {
   IdempotencyService,
   TransactionHost,
 } from '../src/index.js';
-import { createTables, dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
+import { createTables, dataSourceOptions, DataSourceTracker, freshSchema, sqlClient } from './support/database.js';
 
 async function columnsOf(schema: string, table: string): Promise<string[]> {
   const client = await sqlClient(schema);
@@ -60,8 +60,14 @@ describe('schema', () => {
         `SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'idempotency_keys' AND indexdef LIKE '%(expires_at)%'`,
         [schema],
       );
+      // Stored bodies out of line without a compression attempt on each write (or a decompression on each replay).
+      const storage = await client.query(
+        `SELECT attstorage FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'response_body'`,
+        [`"${schema}".idempotency_keys`],
+      );
       await client.end();
       expect(index.rowCount).toBe(1);
+      expect(storage.rows).toEqual([{ attstorage: 'e' }]);
       expect(await columnsOf(schema, 'idempotency_keys')).toContain('response_body');
     } finally {
       await Promise.all(instances.map((d) => d.destroy()));
@@ -147,19 +153,13 @@ describe('a named data source', () => {
 
 describe('module configuration errors surface at start-up', () => {
   // A bootstrap that fails leaves no app to close, so the data sources it opened are closed here.
-  const opened: DataSource[] = [];
+  const dataSources = new DataSourceTracker();
   const trackedTypeOrm = (schema: string) =>
     TypeOrmModule.forRootAsync({
       useFactory: () => ({ ...dataSourceOptions(schema), retryAttempts: 0 }),
-      dataSourceFactory: async (options) => {
-        const dataSource = await new DataSource(options!).initialize();
-        opened.push(dataSource);
-        return dataSource;
-      },
+      dataSourceFactory: dataSources.factory(),
     });
-  afterAll(async () => {
-    await Promise.all(opened.filter((d) => d.isInitialized).map((d) => d.destroy()));
-  });
+  afterAll(() => dataSources.closeAll());
 
   it('a missing tenant resolver fails with a message that says how to fix it', async () => {
     const schema = await freshSchema('config_errors');
@@ -180,6 +180,6 @@ describe('module configuration errors surface at start-up', () => {
     await expect(NestFactory.createApplicationContext(NoSchedule, { logger: false, abortOnError: false })).rejects.toThrow(
       /ScheduleModule.forRoot\(\)/,
     );
-    expect(opened.length).toBeGreaterThan(0);
+    expect(dataSources.count).toBeGreaterThan(0);
   });
 });

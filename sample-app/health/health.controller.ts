@@ -1,6 +1,6 @@
 import { Controller, Get } from '@nestjs/common';
 import { HealthCheck, HealthCheckService, TypeOrmHealthIndicator } from '@nestjs/terminus';
-import { IdempotencyHealthIndicator } from '../../src/index.js';
+import { IdempotencyHealthIndicator } from '../../src/health/index.js';
 import { Public } from '../auth/public.decorator.js';
 
 /**

@@ -1,20 +1,23 @@
 import { Controller } from '@nestjs/common';
-import { Ctx, EventPattern, Payload, RpcException, type RmqContext } from '@nestjs/microservices';
+import { Ctx, EventPattern, Payload, RmqContext, RpcException } from '@nestjs/microservices';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Idempotent } from '../../src/index.js';
+import { JetStreamContext } from '../../src/rpc/jetstream/index.js';
 import { FAULT_INJECTION_ENV } from '../faults/fault-injection.interceptor.js';
-import { REFUND_REQUESTED, RefundRequestMessage } from './refund-request.message.js';
+import { REFUND_REQUESTED, RefundRequestMessage, type CrashPoint } from './refund-request.message.js';
 import { RefundRefused, RefundsService, type Refund } from './refunds.service.js';
 
 /** Deliveries whose acknowledgement kills the process (`simulate.crash: 'after-commit'`). */
 const doomedAcks = new WeakSet<object>();
 
 /**
- * Consumes refund requests from RabbitMQ (started only when `RABBITMQ_URL` is
- * set). `@Idempotent()` takes the key from the message's `messageId`, runs
- * the refund in the transaction its completion commits in, and acknowledges
- * the message only after that commit; the effect ledger refuses a refund
- * whose request comes back after its key expired.
+ * Consumes refund requests from RabbitMQ (when `RABBITMQ_URL` is set) and
+ * from NATS JetStream (when `NATS_URL` is set): the same handler for both.
+ * `@Idempotent()` takes the key from the message's AMQP `messageId` or its
+ * `Nats-Msg-Id` header, runs the refund in the transaction its completion
+ * commits in, and acknowledges the message only after that commit; the
+ * effect ledger refuses a refund whose request comes back after its key
+ * expired.
  */
 @Controller()
 export class RefundRequestsConsumer {
@@ -34,21 +37,33 @@ export class RefundRequestsConsumer {
     }
     if (message.simulate?.delayMs) await sleep(message.simulate.delayMs);
     if (message.simulate?.fail) throw new Error('The refund processor is unavailable.');
-    if (message.simulate?.crash) crash(message.simulate.crash, context as RmqContext);
+    if (message.simulate?.crash) crash(message.simulate.crash, context);
     return refund;
   }
 }
 
 /**
- * Test-only (SAMPLE_FAULT_INJECTION=1), first delivery only: `before-commit`
- * kills the process now, with the refund inserted and uncommitted;
- * `after-commit` kills it when the module acknowledges this message, which it
- * does only after the commit.
+ * Test-only (SAMPLE_FAULT_INJECTION=1). `every-delivery` kills the process
+ * now, on every delivery, with the refund inserted and uncommitted. On the
+ * first delivery only, `before-commit` does the same, and `after-commit`
+ * kills it when the module acknowledges this message, which it does only
+ * after the commit.
  */
-function crash(where: 'before-commit' | 'after-commit', context: RmqContext): void {
+function crash(where: CrashPoint, context: unknown): void {
+  if (process.env[FAULT_INJECTION_ENV] !== '1') return;
+  if (where === 'every-delivery') process.kill(process.pid, 'SIGKILL');
+  if (context instanceof JetStreamContext) {
+    if (context.getJetStreamMessage().redelivered) return;
+    if (where === 'before-commit') process.kill(process.pid, 'SIGKILL');
+    // The module acknowledges through the context, once per message.
+    context.ack = () => process.kill(process.pid, 'SIGKILL');
+    return;
+  }
+  if (!(context instanceof RmqContext)) return;
   const message = context.getMessage() as { fields: { redelivered: boolean } };
-  if (process.env[FAULT_INJECTION_ENV] !== '1' || message.fields.redelivered) return;
+  if (message.fields.redelivered) return;
   if (where === 'before-commit') process.kill(process.pid, 'SIGKILL');
+  // The module acknowledges through the channel, which all the consumer's messages share.
   const channel = context.getChannelRef() as { ack(message: object, ...rest: unknown[]): void; __doomed?: true };
   doomedAcks.add(message);
   if (channel.__doomed) return;

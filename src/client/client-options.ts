@@ -29,7 +29,9 @@ export interface IdempotentClientOptions {
   /** The intent's time, all attempts and waits included, in ms. Default 30 000. */
   deadline?: number;
   /**
-   * Statuses retried with the same key. Default `[409, 502, 503, 504]`. 408,
+   * Statuses retried with the same key. Default `[409, 502, 503, 504]`. A
+   * 409 is retried only when it is the module's conflict or lease-lost
+   * problem (its `type`): any other 409 is the application's answer. 408,
    * 425, 429 and other 5xx may be added; no other 4xx (see the client guide).
    */
   retryStatuses?: readonly number[];

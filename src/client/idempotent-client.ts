@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { messages } from '../errors/messages.js';
+import { ProblemType } from '../errors/problem-types.js';
 import { fullJitterDelay, retryAfterMs } from './backoff.js';
 import {
   requestMs,
@@ -47,9 +48,10 @@ type AttemptOutcome = { kind: 'answer'; status: number; headers: Headers; body: 
  * intent carries one key on every attempt, so a retry can only replay what
  * the first attempt did, never do it again. It retries what a retry can
  * fix: lost answers (connection failures, attempt timeouts, a body cut
- * short), 409 (another attempt holds the key) and 503 after their
- * `Retry-After`, 502 and 504; never a replayed answer, a 400, a 422 or a
- * 500 (see the client guide). Waits are exponential with full jitter, every
+ * short), the module's 409s (another attempt holds the key, or lost its
+ * lease) and 503 after their `Retry-After`, 502 and 504; never a replayed
+ * answer, another 409 (the application's own), a 400, a 422 or a 500 (see
+ * the client guide). Waits are exponential with full jitter, every
  * intent has a deadline, and retries draw on a budget shared by every
  * intent of the client, so an outage cannot multiply the load.
  *
@@ -137,8 +139,9 @@ export class IdempotentClient {
   }
 
   /** A replay is the stored outcome: asking again can only replay it again. */
-  private retries(answer: { status: number; headers: Headers }): boolean {
-    return this.settings.retryStatuses.has(answer.status) && answer.headers.get('idempotent-replayed') !== 'true';
+  private retries(answer: { status: number; headers: Headers; body: Uint8Array }): boolean {
+    if (!this.settings.retryStatuses.has(answer.status) || answer.headers.get('idempotent-replayed') === 'true') return false;
+    return answer.status !== 409 || isBusyKey(answer.body);
   }
 
   private async attempt(url: URL, init: RequestInit, timeoutMs: number, callerSignal?: AbortSignal): Promise<AttemptOutcome> {
@@ -194,4 +197,24 @@ export class IdempotentClient {
       throw new TypeError(messages.client.relativeUrl);
     }
   }
+}
+
+/** The 409 problems that mean "the key is busy, ask again later" rather than an answer about the request. */
+const BUSY_KEY_PROBLEMS: ReadonlySet<string> = new Set([ProblemType.conflict, ProblemType.leaseLost]);
+
+/**
+ * Whether a 409 is the module's own: its problem `type` says another attempt
+ * holds the key, or this one lost its lease. Any other 409 is the
+ * application's answer (an order that already exists, a version conflict):
+ * asking again with the same key cannot change it.
+ */
+function isBusyKey(body: Uint8Array): boolean {
+  let problem: unknown;
+  try {
+    problem = JSON.parse(new TextDecoder().decode(body));
+  } catch {
+    return false;
+  }
+  const type = (problem as { type?: unknown } | null)?.type;
+  return typeof type === 'string' && BUSY_KEY_PROBLEMS.has(type);
 }

@@ -62,6 +62,18 @@ export class StoreUnavailableError extends IdempotencyError {
 }
 
 /**
+ * The database refused to commit the work (a deferred constraint, a
+ * serialization failure) or to complete its key: none of its writes took
+ * effect. It is the work's failure, classified like an error the work threw;
+ * `cause` is the database's error.
+ */
+export class CommitRefusedError extends IdempotencyError {
+  constructor(cause: unknown) {
+    super('The database refused to commit the work; none of its writes took effect.', { cause });
+  }
+}
+
+/**
  * A value to fingerprint has no canonical form (a lone surrogate, a number
  * out of range, nesting past the depth limit): the request is refused before
  * anything is claimed.

@@ -107,6 +107,36 @@ describe('canonicalJson', () => {
     );
   });
 
+  it('writes the same through its fast path (plain JSON data) and its general writer (anything else)', () => {
+    fc.assert(
+      fc.property(fc.jsonValue({ maxDepth: 5, stringUnit: 'binary' }), (value) => {
+        let plain: string | undefined;
+        try {
+          plain = canonicalJson(value);
+        } catch (error) {
+          // Refused the same way when the value sits under something only the general writer takes.
+          expect(() => canonicalJson([new Date(0), value])).toThrow(UnrepresentableInputError);
+          expect(error).toBeInstanceOf(UnrepresentableInputError);
+          return;
+        }
+        // A Date (it has toJSON) sends the whole value through the general writer.
+        expect(canonicalJson([new Date(0), value])).toBe(`["1970-01-01T00:00:00.000Z",${plain}]`);
+      }),
+      { numRuns: 1_000 },
+    );
+  });
+
+  it('takes what a JSON parser can make that the fast path must not read through a prototype: an own __proto__ key', () => {
+    const parsed = JSON.parse('{"b":{"__proto__":{"x":1},"a":2},"c":{}}') as unknown;
+    expect(canonicalJson(parsed)).toBe(canonicalize(parsed));
+    expect(canonicalJson(parsed)).toBe('{"b":{"__proto__":{"x":1},"a":2},"c":{}}');
+  });
+
+  it('takes many objects with distinct keys (where a property list would cost objects x keys) through the general writer', () => {
+    const many = Array.from({ length: 2_000 }, (_, i) => ({ [`k${i}`]: i, shared: true }));
+    expect(canonicalJson(many)).toBe(canonicalize(many));
+  });
+
   it('sorts keys by UTF-16 code units, integer-like keys included', () => {
     expect(canonicalJson({ b: 1, 10: 2, 2: 3, a: [undefined, { y: null, x: true }], '\u00e9': 0, z: undefined })).toBe(
       '{"10":2,"2":3,"a":[null,{"x":true,"y":null}],"b":1,"\u00e9":0}',

@@ -2,23 +2,28 @@ import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type {
+  Begun,
+  ClaimMode,
   ClaimRef,
   ClaimRequest,
   ClaimResult,
   IdempotencyStore,
+  OpenAttempt,
   PhaseState,
   StoredResponse,
-} from '../store/idempotency-store.js';
+} from './idempotency-store.js';
 import {
+  CommitRefusedError,
   FingerprintMismatchError,
   IdempotencyError,
   KeyInFlightError,
   LeaseLostError,
   StoreUnavailableError,
-  WorkFailure,
 } from './errors.js';
 import { SILENT_OBSERVER, type EngineObserver, type IdempotencyOutcome } from './observer.js';
-import { Phases } from './phases.js';
+import { Phases, type TransactionOutcome } from './phases.js';
+
+export type { ClaimMode } from './idempotency-store.js';
 
 /**
  * What to do with the claim when the work throws (see "Handler outcomes" in the README).
@@ -37,8 +42,9 @@ export interface WorkScope {
   leaseMs: number;
   ttlMs: number;
   /**
-   * Classifies an error thrown by the work (never one of the store's), once
-   * the work's transaction has rolled back. May wait, e.g. for the response
+   * Classifies an error thrown by the work, or a `CommitRefusedError` when
+   * the database refused to commit it (never a failure to reach the store),
+   * once the work's writes have rolled back. May wait, e.g. for the response
    * an HTTP exception filter renders.
    */
   onFailure: (error: unknown) => FailureDecision | Promise<FailureDecision>;
@@ -51,6 +57,14 @@ export interface WorkScope {
   /** Renew the lease while the work runs, so a slow but live attempt is never taken over. */
   heartbeat?: boolean;
   /**
+   * The longest the heartbeat keeps the key, from the claim: then it stops,
+   * the lease runs out and the attempt can be taken over (and fenced) like
+   * a dead one. Default ten leases.
+   */
+  maxHoldMs?: number;
+  /** Told once when the heartbeat stops at `maxHoldMs`. */
+  onHoldExceeded?: () => void;
+  /**
    * `'separate'` (default): the claim commits on its own before the work's
    * transaction. `'request-transaction'`: the claim is the first statement of
    * the work's transaction; a duplicate waits on its row lock (at most
@@ -60,8 +74,6 @@ export interface WorkScope {
   /** Names the work in spans, metrics and events (e.g. the controller method); never the key. */
   label?: string;
 }
-
-export type ClaimMode = 'separate' | 'request-transaction';
 
 /** The claim an execution holds while its work runs. */
 export interface ClaimInfo {
@@ -79,8 +91,11 @@ export interface IdempotentWork<Tx, R> extends WorkScope {
 export interface PhasedWork<Tx, R> extends WorkScope {
   /** Runs with no surrounding transaction: each phase opens its own. `response` is stored once it returns. */
   run: (phases: Phases<Tx>, claim: ClaimInfo) => Promise<{ response: StoredResponse; result: R }>;
-  /** Wraps each phase's work, e.g. to expose its transaction through AsyncLocalStorage. */
-  enterPhase?: <T>(tx: Tx, fn: () => Promise<T>) => Promise<T>;
+  /**
+   * Wraps each phase's work, e.g. to expose its transaction through
+   * AsyncLocalStorage; `ended` settles once the phase's transaction has ended.
+   */
+  enterPhase?: <T>(tx: Tx, fn: () => Promise<T>, ended: Promise<TransactionOutcome>) => Promise<T>;
 }
 
 export type EngineOutcome<R> =
@@ -97,12 +112,21 @@ interface Held {
   leaseEndsAt: number;
 }
 
-type Claimed = { kind: 'replayed'; response: StoredResponse } | { kind: 'claimed'; held: Held };
+/**
+ * An attempt that owns its key: what the two kinds of work share. `attempt`
+ * is the work's open transaction, absent for phased work (each phase opens
+ * its own).
+ */
+interface Claimed<Tx> {
+  mode: ClaimMode;
+  held: Held;
+  attempt?: OpenAttempt<Tx>;
+}
 
 /**
  * An execution running in this process. A duplicate arriving here is
  * answered from it without a round trip: 422 for another fingerprint, 409,
- * or (when it may wait) the response once it is stored.
+ * or (when it may wait) the response once it is committed.
  */
 interface LocalExecution {
   fingerprint: string;
@@ -122,13 +146,20 @@ const MAX_WAIT_PAUSE_MS = 250;
 
 /**
  * The state table (see the README) in one place, with no knowledge of HTTP or
- * Nest: claim (committed alone, or first in the work's transaction), run the
- * work and the fenced completion in one transaction, and settle the claim
- * when the work fails.
+ * Nest. Every execution follows one lifecycle, whatever its claim mode:
  *
- * Whose failure it is decides the answer. Only the store's own calls (claim,
- * BEGIN, completion, COMMIT, release) raise `StoreUnavailableError`; an error
- * the work throws goes to `onFailure` whatever it looks like.
+ * 1. answer a duplicate of an execution running in this process from it;
+ * 2. claim the key and open the work's transaction (`store.begin`: the claim
+ *    commits alone first, or is the transaction's first statement);
+ * 3. run the work;
+ * 4. complete the key, fenced by the owner token, and COMMIT with the work;
+ * 5. settle: only now, after the commit, may anyone (a waiting duplicate,
+ *    the caller) see the outcome.
+ *
+ * A failure of the work, or a COMMIT the database refuses (its writes did
+ * not happen either), rolls the work back and is classified once, by
+ * `onFailure`. Only the store's own calls failing to reach the database
+ * raise `StoreUnavailableError`.
  */
 export class IdempotencyEngine<Tx> {
   private readonly local = new Map<string, LocalExecution>();
@@ -142,23 +173,136 @@ export class IdempotencyEngine<Tx> {
   ) {}
 
   execute<R>(work: IdempotentWork<Tx, R>): Promise<EngineOutcome<R>> {
-    return this.observe(work, async () => {
-      if (work.claimMode === 'request-transaction') return this.executeInTransaction(work);
-      const claimed = await this.claim(work);
-      if (claimed.kind === 'replayed') return claimed;
-      return this.holding(work, claimed.held, () => this.runClaimed(work, claimed.held));
-    });
+    return this.observe(work, () =>
+      this.attempt(work, work.claimMode ?? 'separate', true, (claimed) => this.runInTransaction(work, claimed)),
+    );
   }
 
   /**
    * Like `execute`, for work written as phases (see `Phases`): a takeover
    * resumes after the last recorded phase instead of starting at the top.
+   * Always claimed separately: each phase commits on its own.
    */
   executePhased<R>(work: PhasedWork<Tx, R>): Promise<EngineOutcome<R>> {
-    return this.observe(work, async () => {
-      const claimed = await this.claim(work);
-      if (claimed.kind === 'replayed') return claimed;
-      return this.holding(work, claimed.held, () => this.runPhased(work, claimed.held));
+    return this.observe(work, () => this.attempt(work, 'separate', false, (claimed) => this.runPhases(work, claimed)));
+  }
+
+  /** The lifecycle: steps 1 and 2 here, 3 and 4 in `run`, 5 in `holding` once `run` has settled. */
+  private async attempt<R>(
+    work: WorkScope,
+    mode: ClaimMode,
+    opensTransaction: boolean,
+    run: (claimed: Claimed<Tx>) => Promise<EngineOutcome<R>>,
+  ): Promise<EngineOutcome<R>> {
+    const deadline = Date.now() + (work.waitMs ?? 0);
+    const answered = await this.answerLocally(work, deadline);
+    if (answered) return answered;
+    const begun = await this.begin(work, mode, opensTransaction, deadline);
+    if (begun.kind === 'replayed') return begun;
+    return this.holding(work, begun, () => run(begun));
+  }
+
+  /** Steps 3 and 4 for work in one transaction. */
+  private async runInTransaction<R>(work: IdempotentWork<Tx, R>, claimed: Claimed<Tx>): Promise<EngineOutcome<R>> {
+    const attempt = claimed.attempt!;
+    let done: { response: StoredResponse; result: R };
+    try {
+      done = await work.run(attempt.tx, claimed.held.claim);
+    } catch (error) {
+      return this.fail(work, claimed, error);
+    }
+    let completed: boolean;
+    try {
+      completed = await this.observedComplete(() => attempt.commit(done.response, work.ttlMs));
+    } catch (error) {
+      if (this.store.isUnavailableError(error)) throw this.outcomeUnknown(error, claimed);
+      // The database answered, and no: the work's writes did not happen, which is the work's failure.
+      return this.fail(work, { ...claimed, attempt: undefined }, new CommitRefusedError(error));
+    }
+    if (!completed) throw new LeaseLostError();
+    return { kind: 'executed', ...done };
+  }
+
+  /** Steps 3 and 4 for phased work: each phase commits itself; the completion commits on its own. */
+  private async runPhases<R>(work: PhasedWork<Tx, R>, claimed: Claimed<Tx>): Promise<EngineOutcome<R>> {
+    const { held } = claimed;
+    const phases = new Phases(this.store, held.ref, held.claim.generation, held.phases, work.leaseMs, work.enterPhase);
+    let done: { response: StoredResponse; result: R };
+    try {
+      done = await work.run(phases, held.claim);
+    } catch (error) {
+      // Phases report their own store calls' failures as these two; anything else is the work's.
+      if (error instanceof LeaseLostError || error instanceof StoreUnavailableError) throw error;
+      return this.fail(work, claimed, error, phases.hasProgress);
+    }
+    const completed = await this.guard(
+      () => this.observedComplete(() => this.store.complete(held.ref, done.response, work.ttlMs)),
+      claimed,
+    );
+    if (!completed) throw new LeaseLostError();
+    return { kind: 'executed', ...done };
+  }
+
+  /**
+   * The work failed (or its COMMIT was refused). Its writes are undone
+   * first, so its locks are not held while the failure is classified; in
+   * `request-transaction` mode the claim itself stays locked meanwhile, so a
+   * stored failure is the answer for every duplicate waiting on it too.
+   *
+   * @param hasProgress phases of this key are committed: releasing the key
+   *   would throw their recovery points away, so `release` keeps it instead.
+   */
+  private async fail<R>(work: WorkScope, claimed: Claimed<Tx>, error: unknown, hasProgress = false): Promise<EngineOutcome<R>> {
+    const { mode, held, attempt } = claimed;
+    const claimKept = attempt ? await this.guard(() => attempt.rollback(mode === 'request-transaction'), claimed) : false;
+    let decision: FailureDecision;
+    try {
+      decision = await work.onFailure(error);
+    } catch (classifying) {
+      if (claimKept) await attempt!.rollback(false).catch(() => undefined);
+      throw classifying;
+    }
+    const trace = this.traces.get(work);
+    if (decision.action === 'store') {
+      const response = decision.response;
+      let stored: boolean;
+      if (claimKept) stored = await this.guard(() => this.observedComplete(() => attempt!.commit(response, work.ttlMs)), claimed);
+      else if (mode === 'separate')
+        stored = await this.guard(
+          () => this.observedComplete(() => this.store.complete(held.ref, response, work.ttlMs)),
+          claimed,
+        );
+      else stored = await this.storeAnew(work, response);
+      // In request-transaction mode a lost race only means another attempt's outcome stands; this client still gets its own.
+      if (!stored && mode === 'separate') throw new LeaseLostError();
+      return { kind: 'failure-stored', response, error };
+    }
+    if (claimKept) await this.guard(() => attempt!.rollback(false), claimed);
+    if (mode === 'request-transaction') {
+      // The claim rolled back with the work: the key is free again either way.
+      if (trace) trace.failure = 'released';
+    } else if (decision.action === 'release' && !hasProgress) {
+      await this.guard(() => this.store.release(held.ref), claimed);
+      if (trace) trace.failure = 'released';
+    } else if (trace) trace.failure = 'kept';
+    throw error;
+  }
+
+  /**
+   * A failure's response to store in `request-transaction` mode once its
+   * transaction is gone (its COMMIT was refused): claimed and completed on
+   * its own. False when another attempt got the key in between.
+   */
+  private async storeAnew(work: WorkScope, response: StoredResponse): Promise<boolean> {
+    const request = this.request(work);
+    const claim = await this.guardClaim(() =>
+      this.observedClaim(work, () => this.store.claim(request).then((c) => ({ claim: c }))),
+    );
+    if (claim.claim.state !== 'claimed') return false;
+    const held = this.held(work, request, claim.claim);
+    return this.guard(() => this.observedComplete(() => this.store.complete(held.ref, response, work.ttlMs)), {
+      mode: 'separate',
+      held,
     });
   }
 
@@ -190,14 +334,14 @@ export class IdempotencyEngine<Tx> {
   }
 
   /** A store's claim, in a span of its own, with a claim event. */
-  private async observedClaim(work: WorkScope, claim: () => Promise<ClaimResult>): Promise<ClaimResult> {
+  private async observedClaim<T extends { claim: ClaimResult }>(work: WorkScope, claim: () => Promise<T>): Promise<T> {
     const started = performance.now();
     let state: ClaimResult['state'] | 'failed' = 'failed';
     try {
       return await this.observer.span('idempotency.claim', {}, async (annotate) => {
         const result = await claim();
-        state = result.state;
-        annotate({ 'idempotency.claim.state': result.state });
+        state = result.claim.state;
+        annotate({ 'idempotency.claim.state': state });
         return result;
       });
     } finally {
@@ -214,136 +358,53 @@ export class IdempotencyEngine<Tx> {
     });
   }
 
-  private async runClaimed<R>(work: IdempotentWork<Tx, R>, held: Held): Promise<EngineOutcome<R>> {
-    let started = false;
-    try {
-      const { response, result } = await this.store.transaction(async (tx) => {
-        started = true;
-        const done = await work.run(tx, held.claim).catch((error: unknown) => Promise.reject(new WorkFailure(error)));
-        // Fenced by the owner token inside the same transaction: if another
-        // attempt took the key over, throwing here discards the work's writes.
-        if (!(await this.observedComplete(() => this.store.complete(held.ref, done.response, work.ttlMs, tx))))
-          throw new LeaseLostError();
-        return done;
-      });
-      return { kind: 'executed', response, result };
-    } catch (error) {
-      if (error instanceof WorkFailure) return this.settleFailure(held, work, error.error, false);
-      throw await this.storeFailure(held, error, started ? 'unknown' : 'not-run');
-    }
-  }
-
-  private async runPhased<R>(work: PhasedWork<Tx, R>, held: Held): Promise<EngineOutcome<R>> {
-    const phases = new Phases(this.store, held.ref, held.claim.generation, held.phases, work.leaseMs, work.enterPhase);
-    let done: { response: StoredResponse; result: R };
-    try {
-      done = await work.run(phases, held.claim);
-    } catch (error) {
-      // Phases report their own store calls' failures as these two; anything else is the work's.
-      if (error instanceof LeaseLostError || error instanceof StoreUnavailableError) throw error;
-      return this.settleFailure(held, work, error, phases.hasProgress);
-    }
-    const completed = await this.guard(
-      () => this.observedComplete(() => this.store.complete(held.ref, done.response, work.ttlMs)),
-      held,
-    );
-    if (!completed) throw new LeaseLostError();
-    return { kind: 'executed', ...done };
-  }
-
   /**
-   * The claim mode `request-transaction`: BEGIN, claim, work, completion,
-   * COMMIT, one commit per new key. Nothing is visible to others until the
-   * commit; a concurrent duplicate waits on the claimed row's lock (at most
-   * `waitMs`), then replays what committed or gets a 409. A failure rolls the
-   * claim back with the work's writes, so the key is free again at once,
-   * unless the policy stores the failure's response, which is then claimed
-   * and completed on its own.
+   * Step 2: claims the key (and opens the work's transaction), or answers as
+   * the state table says. With `waitMs`, a duplicate of an attempt in flight
+   * elsewhere waits for it: in `request-transaction` mode on the claimed
+   * row's lock; otherwise looking again at growing intervals (each look one
+   * short statement, no connection held while waiting) until the time is up,
+   * then it gets the 409.
    */
-  private async executeInTransaction<R>(work: IdempotentWork<Tx, R>): Promise<EngineOutcome<R>> {
-    const early = await this.answerLocally(work, Date.now() + (work.waitMs ?? 0));
-    if (early) return early;
-    let started = false;
-    try {
-      return await this.store.transaction(async (tx): Promise<EngineOutcome<R>> => {
-        started = true;
-        const request = this.request(work);
-        const claimed = this.interpret(
-          work,
-          request,
-          await this.observedClaim(work, () => this.store.claim(request, tx, work.waitMs ?? 0)),
-        );
-        if (claimed.kind === 'replayed') return claimed;
-        const held = claimed.held;
-        // No heartbeat: nobody else can see, let alone take over, an uncommitted claim.
-        return this.holding({ ...work, heartbeat: false }, held, async () => {
-          const done = await work.run(tx, held.claim).catch((error: unknown) => Promise.reject(new WorkFailure(error)));
-          if (!(await this.observedComplete(() => this.store.complete(held.ref, done.response, work.ttlMs, tx))))
-            throw new LeaseLostError();
-          return { kind: 'executed', ...done };
-        });
-      });
-    } catch (error) {
-      if (error instanceof WorkFailure) return this.settleRolledBack(work, error.error);
-      if (!(error instanceof Error) || error instanceof IdempotencyError || !this.store.isUnavailableError(error)) throw error;
-      // Nothing is held once the transaction is gone: a retry can run as soon as the store answers.
-      throw new StoreUnavailableError(error, started ? 'unknown' : 'not-run');
-    }
-  }
-
-  /** A failure in request-transaction mode: the claim rolled back with the work; only 'store' writes anything. */
-  private async settleRolledBack<R>(work: WorkScope, error: unknown): Promise<EngineOutcome<R>> {
-    const decision = await work.onFailure(error);
-    const trace = this.traces.get(work);
-    // The claim rolled back with the work: the key is free again either way.
-    if (trace) trace.failure = 'released';
-    if (decision.action !== 'store') throw error;
-    const request = this.request(work);
-    const claimed = await this.guardClaim(() => this.observedClaim(work, () => this.store.claim(request))).then((claim) =>
-      this.interpret(work, request, claim),
-    );
-    // Another attempt got the key in between: its outcome stands, and this client still gets its own answer.
-    if (claimed.kind === 'claimed')
-      await this.guard(
-        () => this.observedComplete(() => this.store.complete(claimed.held.ref, decision.response, work.ttlMs)),
-        claimed.held,
-      );
-    return { kind: 'failure-stored', response: decision.response, error };
-  }
-
-  /**
-   * Claims the key, or answers as the state table says. A duplicate of an
-   * execution running in this process is answered without a round trip. With
-   * `waitMs`, a duplicate of one in flight waits for it to finish and replays
-   * its response, looking again at growing intervals (each look one short
-   * statement on a pooled connection, none held while waiting) until the
-   * time is up, then gets the 409.
-   */
-  private async claim(work: WorkScope): Promise<Claimed> {
-    const deadline = Date.now() + (work.waitMs ?? 0);
-    const early = await this.answerLocally(work, deadline);
-    if (early) return early;
+  private async begin(
+    work: WorkScope,
+    mode: ClaimMode,
+    opensTransaction: boolean,
+    deadline: number,
+  ): Promise<{ kind: 'replayed'; response: StoredResponse } | ({ kind: 'claimed' } & Claimed<Tx>)> {
     for (let pause = 20; ; pause = Math.min(pause * 2, MAX_WAIT_PAUSE_MS)) {
       const request = this.request(work);
-      try {
-        return this.interpret(
-          work,
-          request,
-          await this.guardClaim(() => this.observedClaim(work, () => this.store.claim(request))),
-        );
-      } catch (error) {
-        const left = deadline - Date.now();
-        if (!(error instanceof KeyInFlightError) || left <= 0) throw error;
-        await sleep(Math.min(pause, left, error.retryAfterSeconds * 1000));
+      const begun = await this.guardClaim(() =>
+        this.observedClaim(work, (): Promise<Begun<Tx>> =>
+          opensTransaction
+            ? this.store.begin(request, mode, work.waitMs ?? 0)
+            : this.store.claim(request).then((claim) => ({ claim }) as Begun<Tx>),
+        ),
+      );
+      const { claim } = begun;
+      switch (claim.state) {
+        case 'completed':
+          return { kind: 'replayed', response: claim.response };
+        case 'mismatch':
+          throw new FingerprintMismatchError();
+        case 'in-flight': {
+          const left = deadline - Date.now();
+          // In request-transaction mode the claim already waited on the row lock.
+          if (mode === 'request-transaction' || left <= 0) throw new KeyInFlightError(claim.retryAfterSeconds);
+          await sleep(Math.min(pause, left, claim.retryAfterSeconds * 1000));
+          continue;
+        }
+        case 'claimed':
+          return { kind: 'claimed', mode, held: this.held(work, request, claim), attempt: begun.attempt };
       }
     }
   }
 
   /**
-   * The answer for a duplicate of an execution running in this process:
-   * 422 for another fingerprint; without a wait, 409; with one, its stored
-   * response once committed. Undefined when none runs here, or it ended
-   * without a response, or the wait ran out (then the store decides).
+   * Step 1: the answer for a duplicate of an execution running in this
+   * process: 422 for another fingerprint; without a wait, 409; with one, its
+   * stored response once committed. Undefined when none runs here, or it
+   * ended without a response, or the wait ran out (then the store decides).
    */
   private async answerLocally(
     work: WorkScope,
@@ -374,67 +435,70 @@ export class IdempotencyEngine<Tx> {
     };
   }
 
-  private interpret(work: WorkScope, request: ClaimRequest, claim: ClaimResult): Claimed {
-    switch (claim.state) {
-      case 'completed':
-        return { kind: 'replayed', response: claim.response };
-      case 'in-flight':
-        throw new KeyInFlightError(claim.retryAfterSeconds);
-      case 'mismatch':
-        throw new FingerprintMismatchError();
-      case 'claimed': {
-        const trace = this.traces.get(work);
-        if (trace) trace.attempt = claim.attempt;
-        return {
-          kind: 'claimed',
-          held: {
-            ref: { tenant: request.tenant, key: request.key, ownerToken: request.ownerToken },
-            claim: { attempt: claim.attempt, generation: claim.generation },
-            phases: claim.phases,
-            leaseEndsAt: Date.now() + work.leaseMs,
-          },
-        };
-      }
-    }
+  private held(work: WorkScope, request: ClaimRequest, claim: Extract<ClaimResult, { state: 'claimed' }>): Held {
+    const trace = this.traces.get(work);
+    if (trace) trace.attempt = claim.attempt;
+    return {
+      ref: { tenant: request.tenant, key: request.key, ownerToken: request.ownerToken },
+      claim: { attempt: claim.attempt, generation: claim.generation },
+      phases: claim.phases,
+      leaseEndsAt: Date.now() + work.leaseMs,
+    };
   }
 
   /**
    * Runs an execution that holds its claim: visible to duplicates in this
-   * process while it runs, and with `heartbeat`, renewing its lease.
+   * process while it runs and, with `heartbeat`, renewing its lease. Step 5
+   * is here, in one place: a duplicate waiting in this process learns the
+   * outcome only once `run` has returned, that is after the commit.
    */
-  private async holding<R>(work: WorkScope, held: Held, run: () => Promise<EngineOutcome<R>>): Promise<EngineOutcome<R>> {
+  private async holding<R>(
+    work: WorkScope,
+    claimed: Claimed<Tx>,
+    run: () => Promise<EngineOutcome<R>>,
+  ): Promise<EngineOutcome<R>> {
     const id = localId(work);
     let settle!: (response: StoredResponse | undefined) => void;
     const running: LocalExecution = {
       fingerprint: work.fingerprint,
-      held,
+      held: claimed.held,
       settled: new Promise((resolve) => (settle = resolve)),
     };
     this.local.set(id, running);
-    const stopHeartbeat = work.heartbeat ? this.heartbeat(held, work.leaseMs) : undefined;
+    // In request-transaction mode nobody else can see, let alone take over, an uncommitted claim.
+    const beating = work.heartbeat && claimed.mode === 'separate';
+    const stopHeartbeat = beating ? this.heartbeat(claimed.held, work) : undefined;
+    let response: StoredResponse | undefined;
     try {
       const outcome = await run();
-      settle(outcome.response);
+      response = outcome.response;
       return outcome;
-    } catch (error) {
-      settle(undefined);
-      throw error;
     } finally {
       stopHeartbeat?.();
       if (this.local.get(id) === running) this.local.delete(id);
+      settle(response);
     }
   }
 
   /**
-   * Renews the lease every third of it while the work runs. A renewal that
-   * finds the key no longer this attempt's stops the beat; one that cannot
-   * reach the store is tried again at the next beat: the lease decides.
+   * Renews the lease every third of it while the work runs, for at most
+   * `maxHoldMs` from the claim: a handler that hangs must not hold its key,
+   * its transaction and a connection for ever. A renewal that finds the key
+   * no longer this attempt's stops the beat; one that cannot reach the store
+   * is tried again at the next beat: the lease decides.
    */
-  private heartbeat(held: Held, leaseMs: number): () => void {
+  private heartbeat(held: Held, work: WorkScope): () => void {
     if (!this.store.renewLease) return () => undefined;
+    const { leaseMs } = work;
+    const holdEndsAt = held.leaseEndsAt - leaseMs + (work.maxHoldMs ?? leaseMs * 10);
     const timer = setInterval(
       () => {
         const sentAt = Date.now();
+        if (sentAt + leaseMs > holdEndsAt) {
+          clearInterval(timer);
+          work.onHoldExceeded?.();
+          return;
+        }
         this.store.renewLease!(held.ref, leaseMs).then(
           (ours) => {
             if (ours) held.leaseEndsAt = sentAt + leaseMs;
@@ -450,64 +514,36 @@ export class IdempotencyEngine<Tx> {
     return () => clearInterval(timer);
   }
 
-  private async guardClaim(claim: () => Promise<ClaimResult>): Promise<ClaimResult> {
+  /** The claim (and BEGIN): a store that cannot be reached means the work never ran. */
+  private async guardClaim<T>(claim: () => Promise<T>): Promise<T> {
     try {
       return await claim();
     } catch (error) {
-      if (this.store.isUnavailableError(error)) throw new StoreUnavailableError(error, 'not-run');
+      if (!(error instanceof IdempotencyError) && this.store.isUnavailableError(error))
+        throw new StoreUnavailableError(error, 'not-run');
       throw error;
     }
-  }
-
-  /**
-   * @param hasProgress phases of this key are committed: releasing the key
-   *   would throw their recovery points away, so `release` keeps it instead.
-   */
-  private async settleFailure<R>(held: Held, work: WorkScope, error: unknown, hasProgress: boolean): Promise<EngineOutcome<R>> {
-    const decision = await work.onFailure(error);
-    const trace = this.traces.get(work);
-    if (trace && decision.action !== 'store') trace.failure = decision.action === 'release' && !hasProgress ? 'released' : 'kept';
-    switch (decision.action) {
-      case 'store': {
-        const stored = await this.guard(
-          () => this.observedComplete(() => this.store.complete(held.ref, decision.response, work.ttlMs)),
-          held,
-        );
-        if (!stored) throw new LeaseLostError();
-        return { kind: 'failure-stored', response: decision.response, error };
-      }
-      case 'release':
-        if (!hasProgress) await this.guard(() => this.store.release(held.ref), held);
-        throw error;
-      case 'keep':
-        throw error;
-    }
-  }
-
-  /**
-   * What a failure of the store around the work means. Before the work
-   * started (BEGIN failed) nothing ran: the claim is given back if the store
-   * allows, so a retry need not wait out the lease. After it started, the
-   * completion or COMMIT may or may not have happened, and the lease decides
-   * what a retry finds.
-   */
-  private async storeFailure(held: Held, error: unknown, outcome: 'not-run' | 'unknown'): Promise<unknown> {
-    if (error instanceof LeaseLostError || !this.store.isUnavailableError(error)) return error;
-    if (outcome === 'not-run') {
-      const released = await this.store.release(held.ref).catch(() => false);
-      return new StoreUnavailableError(error, 'not-run', released ? undefined : secondsUntil(held.leaseEndsAt));
-    }
-    return new StoreUnavailableError(error, 'unknown', secondsUntil(held.leaseEndsAt));
   }
 
   /** Runs a store call made after the work started, turning "cannot reach the store" into an unknown outcome. */
-  private async guard<T>(step: () => Promise<T>, held: Held): Promise<T> {
+  private async guard<T>(step: () => Promise<T>, claimed: Claimed<Tx>): Promise<T> {
     try {
       return await step();
     } catch (error) {
-      if (this.store.isUnavailableError(error)) throw new StoreUnavailableError(error, 'unknown', secondsUntil(held.leaseEndsAt));
+      if (!(error instanceof IdempotencyError) && this.store.isUnavailableError(error)) throw this.outcomeUnknown(error, claimed);
       throw error;
     }
+  }
+
+  /**
+   * The store was lost after the work started. With a separate claim, the
+   * claim is still held until its lease ends (whatever happened to the
+   * COMMIT); in `request-transaction` mode nothing is held once the
+   * transaction is gone, so a retry can run as soon as the store answers.
+   */
+  private outcomeUnknown(error: unknown, claimed: Claimed<Tx>): StoreUnavailableError {
+    const retryAfter = claimed.mode === 'separate' ? secondsUntil(claimed.held.leaseEndsAt) : undefined;
+    return new StoreUnavailableError(error, 'unknown', retryAfter);
   }
 }
 

@@ -1,6 +1,9 @@
-import type { ClaimRef, IdempotencyStore, PhaseState } from '../store/idempotency-store.js';
+import type { ClaimRef, IdempotencyStore, PhaseState } from './idempotency-store.js';
 import { deriveKey, type DeriveKeyOptions } from './derived-keys.js';
 import { LeaseLostError, StoreUnavailableError, WorkFailure } from './errors.js';
+
+/** How a transaction ended: committed, rolled back, or unknown (the connection was lost during its COMMIT). */
+export type TransactionOutcome = 'committed' | 'rolled-back' | 'unknown';
 
 /**
  * Atomic phases with recovery points (after Brandur Leach's design for
@@ -30,7 +33,8 @@ export class Phases<Tx = unknown> {
     private readonly generation: string,
     initial: PhaseState,
     private readonly leaseMs: number,
-    private readonly enter: <T>(tx: Tx, fn: () => Promise<T>) => Promise<T> = (_tx, fn) => fn(),
+    private readonly enter: <T>(tx: Tx, fn: () => Promise<T>, ended: Promise<TransactionOutcome>) => Promise<T> = (_tx, fn) =>
+      fn(),
   ) {
     this.results = { ...initial.results };
     this.recovery = initial.recoveryPoint;
@@ -61,11 +65,13 @@ export class Phases<Tx = unknown> {
     this.ran.add(name);
     if (Object.prototype.hasOwnProperty.call(this.results, name)) return this.results[name] as T;
     let outcome: { next: PhaseState; recorded: T };
+    let ended: (how: TransactionOutcome) => void = () => undefined;
+    const ending = new Promise<TransactionOutcome>((resolve) => (ended = resolve));
     try {
       outcome = await this.store.transaction(async (tx) => {
         let value: T;
         try {
-          value = await this.enter(tx, async () => fn(tx));
+          value = await this.enter(tx, async () => fn(tx), ending);
         } catch (error) {
           throw new WorkFailure(error);
         }
@@ -75,6 +81,7 @@ export class Phases<Tx = unknown> {
         return { next: state, recorded: result };
       });
     } catch (error) {
+      ended(!(error instanceof WorkFailure) && this.store.isUnavailableError(error) ? 'unknown' : 'rolled-back');
       // The phase's own error is the handler's; a failure of BEGIN, the recovery point or COMMIT is the store's.
       if (error instanceof WorkFailure) throw error.error;
       if (this.store.isUnavailableError(error)) {
@@ -82,6 +89,7 @@ export class Phases<Tx = unknown> {
       }
       throw error;
     }
+    ended('committed');
     const { next, recorded } = outcome;
     // Only once committed: if the commit fails, the next attempt runs this phase again.
     this.results = next.results;

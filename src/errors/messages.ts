@@ -55,6 +55,9 @@ export const messages = {
     routes: (problems: string[]) =>
       `IdempotencyModule: ${problems.length === 1 ? 'a route is' : `${problems.length} routes are`} misconfigured:\n` +
       problems.map((p) => `  - ${p}`).join('\n'),
+    maxHold: (where: string, maxHoldMs: number, leaseMs: number) =>
+      `${where}: maxHold (${maxHoldMs} ms) is shorter than the lease (${leaseMs} ms). The heartbeat renews a lease up to ` +
+      'maxHold in all, so it must be at least one lease: raise maxHold, or leave it out for ten leases.',
     unreplayableRoute: (route: string, why: string) =>
       `@Idempotent() route ${route} cannot be replayed: ${why}. Return a value (object, string or Buffer) instead, ` +
       'or use @Res({ passthrough: true }).',
@@ -100,6 +103,9 @@ export const messages = {
     unreplayable: 'The server cannot store the response of this endpoint.',
     storeFailed:
       'The idempotency store failed to record the outcome of this request, so it was rolled back. Retry with the same key.',
+    commitRefused:
+      'The database refused to commit this request (a constraint checked at commit, or a conflict with a concurrent ' +
+      'transaction), so none of its changes took effect.',
     unrepresentableBody: (reason: string) =>
       `The request cannot be checked against its idempotency key: ${reason}. Nothing was processed; fix the body and retry.`,
     responseTooLarge: (route: string, maxBytes: number) =>
@@ -115,6 +121,12 @@ export const messages = {
     unavailable: (route: string) => `The idempotency store could not be reached for ${route}; answered 503.`,
     storeFailed: (route: string) =>
       `The idempotency store failed for ${route} after the handler succeeded; the request was rolled back and answered 500.`,
+    holdExceeded: (route: string, maxHoldMs: number) =>
+      `An attempt of ${route} has held its key for maxHold (${maxHoldMs} ms); its lease is no longer renewed, so a retry ` +
+      'can take the key over once the lease runs out, and this attempt will be rolled back if it ever completes.',
+    commitRefused: (route: string, code: string) =>
+      `The database refused to commit ${route} after the handler returned (SQLSTATE ${code}); none of its writes took ` +
+      'effect, and the request was answered 500 and classified by the route onError policy.',
     leaseLost: (route: string, key: string) => `Lease on key ${key} was lost for ${route}; the attempt was rolled back.`,
     responseTooLarge: (route: string, maxBytes: number) =>
       `@Idempotent() route ${route} answered with more than its maxResponseBytes (${maxBytes} bytes). The response was ` +
@@ -139,6 +151,16 @@ export const messages = {
     unsettled: (id: string, topic: string, reason: string) =>
       `Outbox message ${id} (${topic}) was delivered, but marking it delivered failed: ${reason}. It does not count as a ` +
       'failed attempt: this relay marks it on a later round, or, if its lock expires first, another relay delivers it again.',
+    attemptsExhausted: (attempts: number, maxAttempts: number) =>
+      `Its delivery was attempted ${attempts} times (maxAttempts ${maxAttempts}), so it is not delivered again: the last ` +
+      'attempt ended without a result (its relay stopped, or its lock expired mid-delivery), or maxAttempts was lowered since.',
+    exhaustedUnrecorded: (id: string, topic: string, reason: string) =>
+      `Outbox message ${id} (${topic}) has no attempt left, but dead-lettering it failed: ${reason}. It is not delivered; ` +
+      'the relay that claims it after its lock expires dead-letters it.',
+    lockNotRenewed: (id: string, topic: string, reason: string) =>
+      `Outbox message ${id} (${topic}) was not delivered: its lock could not be renewed for the delivery (${reason}). It is ` +
+      'tried again once its lock expires; this counted as one of its attempts.',
+    renewalTooSlow: 'the renewal took longer than lockTimeout minus deliveryTimeout',
     failureUnrecorded: (id: string, topic: string, reason: string) =>
       `Outbox message ${id} (${topic}) failed, and recording the failure failed too: ${reason}. It is retried once its lock expires.`,
     roundFailed: (reason: string) => `Relay round failed: ${reason}`,
@@ -160,6 +182,10 @@ export const messages = {
     swaggerUnloadable: (reason: string) =>
       `@nestjs/swagger is installed but could not be loaded, so idempotent routes are not marked for OpenAPI: ${reason}. ` +
       'Check that its version matches your NestJS major version.',
+    marksModuleMissing:
+      'applyIdempotencyToOpenApi found no idempotent operation, and no IdempotencyOpenApiModule marked the routes of an app ' +
+      "in this process: add `imports: [IdempotencyOpenApiModule]` (from 'nest-idempotency-pg/openapi') beside " +
+      'IdempotencyModule.forRoot(...), then generate the document.',
   },
   /** `IdempotencyHealthIndicator`: what its result says; never a key, a tenant or a body. */
   health: {
@@ -254,6 +280,8 @@ export const messages = {
     mismatch: 'its idempotency key was already used by a different message (another pattern or payload)',
     rejected: 'a pipe rejected its payload before the handler ran; it would be rejected again',
     failed: (attempts: number) => `its handler failed on ${attempts} deliveries (maxDeliveries)`,
+    poisoned: (attempts: number) =>
+      `it was already attempted ${attempts} times (maxDeliveries) without a verdict or with failures, so its handler was not run again`,
     failedWithoutKey: 'its handler failed, and without a key nothing counts its attempts (required: false)',
     unexpected: (route: string) => `Processing a message for ${route} failed unexpectedly; the message is dead-lettered.`,
     handlerFailed: (route: string, attempt: number, max: number, delaySeconds: number) =>
@@ -266,6 +294,54 @@ export const messages = {
     settleFailed: (route: string, action: string, reason: string) =>
       `Could not ${action} a message for ${route}: ${reason}. The broker redelivers it when its channel or ack timer ` +
       'ends. With RabbitMQ, consume with `noAck: false`: the module acknowledges each message itself, after its commit.',
+  },
+  /** `JetStreamServer` (nest-idempotency-pg/jetstream); no message names a key or a payload. */
+  jetstream: {
+    maxMessages: (value: unknown) =>
+      `JetStreamServer: \`maxMessages\` must be a whole number of at least 1 (the handlers run at once), got ${
+        JSON.stringify(value) ?? String(value)
+      }. Keep it at or below the data source's pool size: each running handler holds a connection for its transaction.`,
+    pullFailed: (stream: string, consumer: string, reason: string, retryMs: number) =>
+      `JetStreamServer: pulling messages from ${stream}/${consumer} failed (${reason}); trying again in ${retryMs} ms.`,
+  },
+  /** The app's own transaction manager (the module's `transactionManager`). */
+  transactionManager: {
+    invalid:
+      'IdempotencyModule: `transactionManager` must be what clsTransactional() (nest-idempotency-pg/cls-transactional) or ' +
+      'typeormTransactional() (nest-idempotency-pg/typeorm-transactional) returns, or an object with setUp() and join().',
+    notSetUp: (name: string) =>
+      `${name} was used before IdempotencyModule set it up at start-up: give it to IdempotencyModule.forRoot({ ` +
+      'transactionManager }) (or forRootAsync), and start the app with app.init() or app.listen().',
+    clsMissing:
+      'clsTransactional() needs nestjs-cls and @nestjs-cls/transactional with its TypeORM adapter: ' +
+      'npm i nestjs-cls @nestjs-cls/transactional @nestjs-cls/transactional-adapter-typeorm.',
+    clsNoHost: (connectionName: string | undefined) =>
+      `clsTransactional(): no TransactionHost${connectionName ? ` for connectionName "${connectionName}"` : ''} is registered. ` +
+      'Register the plugin as its docs say: ClsModule.forRoot({ global: true, plugins: [new ClsPluginTransactional({ ' +
+      `imports: [TypeOrmModule], ${connectionName ? `connectionName: '${connectionName}', ` : ''}adapter: new ` +
+      'TransactionalAdapterTypeOrm({ dataSourceToken: getDataSourceToken() }) })] }), and give clsTransactional() the same ' +
+      'connectionName.',
+    clsUnsupported:
+      'clsTransactional(): this version of @nestjs-cls/transactional has no TransactionHost#setTxInstance, which the module ' +
+      'uses to make its transaction the active one. Use @nestjs-cls/transactional 3.x (3.3 is tested).',
+    clsOtherDataSource: (connectionName: string | undefined) =>
+      `clsTransactional(): the TransactionHost${connectionName ? ` "${connectionName}"` : ''} does not manage the data source ` +
+      "IdempotencyModule uses, so its transactions could not be the module's. Give TransactionalAdapterTypeOrm the " +
+      "dataSourceToken of the module's data source (getDataSourceToken(name) for IdempotencyModule's `dataSource`), or " +
+      'name the right connectionName.',
+    typeormTransactionalMissing: 'typeormTransactional() needs typeorm-transactional: npm i typeorm-transactional.',
+    typeormTransactionalNotInitialized:
+      'typeormTransactional(): typeorm-transactional is not initialised. Call initializeTransactionalContext() before ' +
+      'NestFactory.create(), and register the data source with addTransactionalDataSource(dataSource) (e.g. in ' +
+      "TypeOrmModule.forRootAsync's dataSourceFactory), as its docs say.",
+    typeormTransactionalNoDataSource: (name: string) =>
+      `typeormTransactional(): no data source named "${name}" was registered with typeorm-transactional. Call ` +
+      `addTransactionalDataSource(${name === 'default' ? 'dataSource' : `{ name: '${name}', dataSource }`}) for the data ` +
+      'source IdempotencyModule uses, or give typeormTransactional({ dataSourceName }) the name it was registered under.',
+    typeormTransactionalOtherDataSource: (name: string) =>
+      `typeormTransactional(): the data source registered as "${name}" with typeorm-transactional is not the one ` +
+      "IdempotencyModule uses, so its transactions could not be the module's. Register the module's data source, or give " +
+      'typeormTransactional({ dataSourceName }) the name it was registered under.',
   },
   /** Idempotent GraphQL mutations (`@Idempotent()` on a resolver). */
   graphql: {

@@ -1,24 +1,10 @@
 import { HttpException, HttpStatus } from '@nestjs/common';
 import type { KeyRejection } from '../core/key.js';
-import type { StoredResponse } from '../store/idempotency-store.js';
+import type { StoredResponse } from '../core/idempotency-store.js';
 import { messages } from './messages.js';
+import { ProblemType } from './problem-types.js';
 
-/** Base of the stable problem type URIs (RFC 9457 `type`); documented in docs/errors.md. */
-export const PROBLEM_TYPE_BASE = 'urn:nest-idempotency:problem:';
-
-export const ProblemType = {
-  missingKey: `${PROBLEM_TYPE_BASE}missing-key`,
-  invalidKey: `${PROBLEM_TYPE_BASE}invalid-key`,
-  conflict: `${PROBLEM_TYPE_BASE}conflict`,
-  mismatch: `${PROBLEM_TYPE_BASE}mismatch`,
-  leaseLost: `${PROBLEM_TYPE_BASE}lease-lost`,
-  unavailable: `${PROBLEM_TYPE_BASE}store-unavailable`,
-  tenantUnresolved: `${PROBLEM_TYPE_BASE}tenant-unresolved`,
-  unreplayable: `${PROBLEM_TYPE_BASE}unreplayable-response`,
-  responseTooLarge: `${PROBLEM_TYPE_BASE}response-too-large`,
-  unrepresentableBody: `${PROBLEM_TYPE_BASE}unrepresentable-body`,
-  storeFailed: `${PROBLEM_TYPE_BASE}store-error`,
-} as const;
+export { PROBLEM_TYPE_BASE, ProblemType } from './problem-types.js';
 
 export interface ProblemDetails {
   type: string;
@@ -124,6 +110,15 @@ export const problems = {
         'Idempotency store error',
         HttpStatus.INTERNAL_SERVER_ERROR,
         messages.problems.storeFailed,
+      ),
+    ),
+  commitRefused: () =>
+    new IdempotencyProblemException(
+      problem(
+        ProblemType.commitRefused,
+        'Request not committed',
+        HttpStatus.INTERNAL_SERVER_ERROR,
+        messages.problems.commitRefused,
       ),
     ),
   responseTooLarge: (route: string, maxBytes: number, cause: unknown) =>

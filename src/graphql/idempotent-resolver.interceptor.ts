@@ -9,7 +9,7 @@ import {
   type Type,
 } from '@nestjs/common';
 import { defaultIfEmpty, lastValueFrom, Observable, type Subscriber } from 'rxjs';
-import type { FailureDecision } from '../core/idempotency-engine.js';
+import type { EngineOutcome } from '../core/idempotency-engine.js';
 import { UnrepresentableInputError } from '../core/errors.js';
 import { fingerprintValue } from '../core/fingerprint.js';
 import { parseIdempotencyKey } from '../core/key.js';
@@ -19,14 +19,12 @@ import { headerValues, type HttpRequest } from '../http/request-identity.js';
 import { IdempotentRoutes, type RouteSettings } from '../http/route-settings.js';
 import { IDEMPOTENCY_OPTIONS, REPLAYED_HEADER } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
-import { problemForOutcome, resolveTenant, routeScope } from '../entry-point.js';
+import { decodeOutcome, encodeOutcome, problemForOutcome, resolveTenant, runHandler } from '../entry-point.js';
 import { IdempotencyService } from '../idempotency.service.js';
-import type { StoredResponse } from '../store/idempotency-store.js';
-import { IdempotencyGraphQLError, ReplayedGraphQLError } from './graphql-problem.js';
+import { IdempotencyGraphQLError, ReplayedGraphQLError, StoredGraphQLError } from './graphql-problem.js';
 
 /** The argument read for the key when the request has no key header. */
 const DEFAULT_KEY_ARGUMENT = 'idempotencyKey';
-const JSON_HEADERS: Array<[string, string]> = [['content-type', 'application/json']];
 
 /** Field resolutions already handled (class- and method-level `@Idempotent()` both apply the interceptor). */
 const handledFields = new WeakSet<object>();
@@ -42,16 +40,6 @@ interface GraphQLContextValue {
 interface ResolveInfo {
   fieldName?: string;
   parentType?: { name?: string };
-}
-
-type StoredOutcome = { value: unknown } | { error: { message: string; extensions: Record<string, unknown> } };
-
-function encode(outcome: StoredOutcome, status: number): StoredResponse {
-  return { status, headers: JSON_HEADERS, body: Buffer.from(JSON.stringify(outcome), 'utf8') };
-}
-
-function decode(response: StoredResponse): StoredOutcome {
-  return JSON.parse((response.body ?? Buffer.from('{"value":null}')).toString('utf8')) as StoredOutcome;
 }
 
 /**
@@ -106,38 +94,38 @@ export class IdempotentResolverInterceptor implements NestInterceptor {
       }
       key = found;
       const tenant = await resolveTenant(this.options, context, route.name, this.logger);
-      let fingerprint: string;
+      let outcome: EngineOutcome<unknown>;
       try {
-        fingerprint = fingerprintValue(
-          route.options.fingerprint
-            ? route.options.fingerprint(context)
-            : { field: `${info?.parentType?.name ?? ''}.${info?.fieldName ?? route.name}`, args },
-        );
+        outcome = await runHandler(this.service, {
+          route,
+          context,
+          tenant,
+          key,
+          defaultFingerprint: () =>
+            fingerprintValue({ field: `${info?.parentType?.name ?? ''}.${info?.fieldName ?? route.name}`, args }),
+          run: async () => {
+            const value = await lastValueFrom(next.handle().pipe(defaultIfEmpty(undefined)));
+            return { response: encodeOutcome({ value: value ?? null }, 200), result: value };
+          },
+          readFailure: (error) => ({
+            definite: error instanceof HttpException ? error.getStatus() < 500 : isGraphQLError(error),
+            response: async () => encodeOutcome({ error: storedError(error) }, 400),
+          }),
+        });
       } catch (error) {
         if (error instanceof UnrepresentableInputError) return fail(problems.unrepresentableBody(error.reason));
         throw error;
       }
-
-      const execution = this.service.createContext();
-      const handle = async () => {
-        const value = await lastValueFrom(next.handle().pipe(defaultIfEmpty(undefined)));
-        return { response: encode({ value: value ?? null }, 200), result: value };
-      };
-      const onFailure = (error: unknown): FailureDecision => {
-        if (!execution.handlerStarted) return { action: 'release' };
-        const definite = error instanceof HttpException ? error.getStatus() < 500 : isGraphQLError(error);
-        const policy = definite ? route.options.onHttpException : route.options.onError;
-        return policy === 'store'
-          ? { action: 'store', response: encode({ error: storedError(error) }, 400) }
-          : { action: policy };
-      };
-      const scope = routeScope(route, { tenant, key, fingerprint }, onFailure);
-      const outcome = route.options.phases
-        ? await this.service.runPhased({ ...scope, run: handle }, execution)
-        : await this.service.run({ ...scope, run: handle }, execution);
       if (outcome.kind === 'replayed') setHeader(gqlContext, REPLAYED_HEADER, 'true');
-      const stored = decode(outcome.response);
-      if ('error' in stored) return subscriber.error(new ReplayedGraphQLError(stored.error.message, stored.error.extensions));
+      const stored = decodeOutcome<{ message: string; extensions: Record<string, unknown> }>(outcome.response);
+      if ('error' in stored) {
+        const { message, extensions } = stored.error;
+        return subscriber.error(
+          outcome.kind === 'failure-stored'
+            ? new StoredGraphQLError(message, extensions, outcome.error)
+            : new ReplayedGraphQLError(message, extensions),
+        );
+      }
       subscriber.next(stored.value);
       subscriber.complete();
     } catch (error) {

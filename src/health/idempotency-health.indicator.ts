@@ -6,7 +6,7 @@ import { messages } from '../errors/messages.js';
 import { IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { Outbox } from '../outbox/outbox.js';
-import { IdempotencyStore } from '../store/idempotency-store.js';
+import { IdempotencyStore } from '../core/idempotency-store.js';
 import { IdempotencySweeper } from '../sweeper/idempotency.sweeper.js';
 
 /**

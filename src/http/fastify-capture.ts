@@ -1,7 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import { Injectable, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import type { StoredResponse } from '../store/idempotency-store.js';
+import type { StoredResponse } from '../core/idempotency-store.js';
 import {
   groupHeaders,
   hasBody,

@@ -1,4 +1,4 @@
-import type { StoredResponse } from '../store/idempotency-store.js';
+import type { StoredResponse } from '../core/idempotency-store.js';
 
 /** Raised when the application has not sent a response within the time the capture waits for one. */
 export class ResponseNotSentError extends Error {

@@ -1,4 +1,4 @@
-import { quoteTableName } from '../store/sql.js';
+import { quoteTableName } from '../store/identifiers.js';
 
 /**
  * Every column of the ledger table, as `createEffectLedgerStatements` creates them;

@@ -3,7 +3,7 @@ import type { DataSource, EntityManager } from 'typeorm';
 import { messages } from '../errors/messages.js';
 import { DEFAULT_LEDGER_TABLE_NAME, IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
-import type { RequiredTable } from '../store/schema-check.js';
+import type { RequiredTable } from '../store/required-table.js';
 import { idempotencyContext } from '../transaction/idempotency-context.js';
 import { findEffectSql, LEDGER_TABLE_COLUMNS, recordEffectSql } from './effect-ledger.sql.js';
 

@@ -1,9 +1,10 @@
+import { Logger } from '@nestjs/common';
 import ms from 'ms';
 import { parseIdempotencyKey } from '../core/key.js';
 import { messages } from '../errors/messages.js';
 import { PROBLEM_CONTENT_TYPE, problems, type IdempotencyProblemException } from '../errors/problems.js';
 import { REPLAYED_HEADER } from '../idempotency.constants.js';
-import { OPENAPI_EXTENSION, type IdempotencyOperationMark } from './openapi-marks.js';
+import { OPENAPI_EXTENSION, openApiMarking, type IdempotencyOperationMark } from './openapi-marks.js';
 
 /** The name of the problem schema added to `components.schemas`. */
 export const IDEMPOTENCY_PROBLEM_SCHEMA = 'IdempotencyProblem';
@@ -48,9 +49,11 @@ const METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'tr
  * SwaggerModule.setup('docs', app, document);
  * ```
  *
- * Operations are found by the `x-idempotency` extension the module puts on
- * idempotent routes while the app is created (when `@nestjs/swagger` is
- * installed); it stays in the document, naming each route's settings.
+ * Operations are found by the `x-idempotency` extension that
+ * `IdempotencyOpenApiModule` puts on idempotent routes while the app is
+ * created (when `@nestjs/swagger` is installed); it stays in the document,
+ * naming each route's settings. Without that module nothing is marked, and
+ * this warns.
  *
  * @returns the same document, changed in place
  */
@@ -65,6 +68,7 @@ export function applyIdempotencyToOpenApi<D extends OpenApiDocumentLike>(documen
       documented = true;
     }
   }
+  if (!documented && !openApiMarking.ran) new Logger('IdempotencyOpenApiModule').warn(messages.openapi.marksModuleMissing);
   if (documented) {
     const doc = document as Json;
     doc.components ??= {};

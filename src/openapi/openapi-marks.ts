@@ -20,6 +20,9 @@ export interface IdempotencyOperationMark {
 
 const IDEMPOTENCY_OPENAPI_MARKS = Symbol('IDEMPOTENCY_OPENAPI_MARKS');
 
+/** Whether an app of this process marked its routes: `applyIdempotencyToOpenApi` warns when none did. */
+export const openApiMarking = { ran: false };
+
 type Swagger = typeof import('@nestjs/swagger');
 type Handler = (...args: unknown[]) => unknown;
 
@@ -32,9 +35,9 @@ type Handler = (...args: unknown[]) => unknown;
  * guessing their paths, and adds nothing else to the app's own metadata:
  * its declared and inferred responses stay as they are.
  *
- * A factory provider, so it runs while the app is created: a document is
- * usually generated between `NestFactory.create()` and `listen()`, before
- * any lifecycle hook.
+ * A factory provider of `IdempotencyOpenApiModule`, so it runs while the app
+ * is created: a document is usually generated between `NestFactory.create()`
+ * and `listen()`, before any lifecycle hook.
  */
 export const openApiMarksProvider: Provider = {
   provide: IDEMPOTENCY_OPENAPI_MARKS,
@@ -48,6 +51,7 @@ async function markIdempotentRoutes(
   scanner: MetadataScanner,
   options: ResolvedIdempotencyOptions,
 ): Promise<number> {
+  openApiMarking.ran = true;
   const swagger = await loadSwagger();
   if (!swagger) return 0;
   let marked = 0;
@@ -91,7 +95,7 @@ async function loadSwagger(): Promise<Swagger | undefined> {
       typeof message === 'string' &&
       message.includes("'@nestjs/swagger'");
     if (!absent) {
-      new Logger('IdempotencyModule').warn(messages.openapi.swaggerUnloadable(String(message)));
+      new Logger('IdempotencyOpenApiModule').warn(messages.openapi.swaggerUnloadable(String(message)));
     }
     return undefined;
   }

@@ -8,6 +8,7 @@ import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { scheduleInterval } from '../sweeper/scheduler-registry.js';
 import { Outbox } from './outbox.js';
 import type { OutboxMessage } from './outbox.store.js';
+import { RoundLock, type LockState } from './round-lock.js';
 
 /**
  * Delivers one message. The signal is aborted when the delivery runs past
@@ -23,12 +24,14 @@ export interface RelayReport {
   delivered: number;
   retried: number;
   deadLettered: number;
-  /** Settlements refused because the message's lock had expired and another relay took it. */
+  /** Messages another relay took after this one's lock had expired: found before their delivery, or at their settlement. */
   lostLocks: number;
   /** Deliveries that did not settle within `deliveryTimeout` (also counted as retried or dead-lettered). */
   timedOut: number;
   /** Deliveries that succeeded but could not be marked delivered (a database error); marked on a later round. */
   unsettled: number;
+  /** Messages not delivered because their lock could not be renewed in time (a database error); tried again after it expires. */
+  skipped: number;
 }
 
 type DeliveryFailure = { reason: string; timedOut: boolean };
@@ -41,6 +44,7 @@ const emptyReport = (): RelayReport => ({
   lostLocks: 0,
   timedOut: 0,
   unsettled: 0,
+  skipped: 0,
 });
 
 const reasonOf = (error: unknown) => (error instanceof Error ? error.message : String(error));
@@ -50,12 +54,15 @@ const reasonOf = (error: unknown) => (error instanceof Error ? error.message : S
  * `FOR UPDATE SKIP LOCKED` (several relays in parallel never claim the same
  * one), calls the handler registered for the topic, and marks the message
  * delivered, or schedules a retry with exponential backoff and jitter, or
- * dead-letters it after `maxAttempts`. A delivery that runs past
- * `deliveryTimeout` counts as failed, so one hung handler delays neither the
- * rest of its round, nor later rounds, nor shutdown. A handler may see a
- * message more than once (a relay that dies after delivering, a lock that
- * times out, a timed-out handler that did finish), so handlers must tolerate
- * duplicates, e.g. by passing `message.id` on as an idempotency key.
+ * dead-letters it after `maxAttempts`. An attempt counts when its message is
+ * claimed, whatever ends it: a message whose relay died mid-delivery
+ * `maxAttempts` times is dead-lettered before it is delivered again. A
+ * delivery that runs past `deliveryTimeout` counts as failed, so one hung
+ * handler delays neither the rest of its round, nor later rounds, nor
+ * shutdown. A handler may see a message more than once (a relay that dies
+ * after delivering, a lock that times out, a timed-out handler that did
+ * finish), so handlers must tolerate duplicates, e.g. by passing
+ * `message.id` on as an idempotency key.
  */
 @Injectable()
 export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdown {
@@ -120,11 +127,19 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
     const o = this.options.outbox;
     const report = emptyReport();
     await this.settleEarlierDeliveries(report);
-    const { lockToken, messages: batch } = await this.outbox.store.claim(o.batchSize, o.lockMs, randomUUID());
-    report.claimed = batch.length;
-    const queue = [...batch];
+    const lockedAt = RoundLock.now();
+    const claim = await this.outbox.store.claim(o.batchSize, o.lockMs, randomUUID(), o.maxAttempts);
+    const { lockToken, exhausted } = claim;
+    report.claimed = claim.messages.length + exhausted.length;
+    for (const message of exhausted) await this.settleExhausted(message, lockToken, report);
+    const queue = [...claim.messages];
+    const ids = queue.map((m) => m.id);
+    const lock = new RoundLock(this.outbox.store, lockToken, o.lockMs, o.deliveryTimeoutMs, ids, lockedAt);
     const worker = async () => {
-      for (let message = queue.shift(); message; message = queue.shift()) await this.deliver(message, lockToken, report);
+      for (let message = queue.shift(); message; message = queue.shift()) {
+        await this.deliver(message, lock, lockToken, report);
+        lock.release(message.id);
+      }
     };
     await Promise.all(Array.from({ length: Math.min(o.concurrency, queue.length) }, worker));
     if (report.claimed > 0) this.logger.log(messages.outbox.relayed(report));
@@ -149,12 +164,59 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
   }
 
   /** Never throws: every outcome is recorded on the message or in the report, so one failure cannot end a round early. */
-  private async deliver(message: OutboxMessage, lockToken: string, report: RelayReport): Promise<void> {
+  private async deliver(message: OutboxMessage, lock: RoundLock, lockToken: string, report: RelayReport): Promise<void> {
     // Claimed again after its "delivered" mark failed: the handler already succeeded, so only the mark is left.
     if (!this.unsettled.delete(message.id)) {
+      // Never delivered unless this relay's lock holds until the delivery ends: no two relays send it at once.
+      if (!(await this.holdLock(message, lock, report))) return;
       const failure = await this.attempt(message);
       if (failure) return this.recordFailure(message, lockToken, failure, report);
     }
+    return this.markDelivered(message, lockToken, report);
+  }
+
+  private async holdLock(message: OutboxMessage, lock: RoundLock, report: RelayReport): Promise<boolean> {
+    let state: LockState;
+    try {
+      state = await lock.hold(message.id);
+    } catch (error) {
+      report.skipped++;
+      this.logger.warn(messages.outbox.lockNotRenewed(message.id, message.topic, reasonOf(error)));
+      return false;
+    }
+    if (state === 'held') return true;
+    if (state === 'lost') report.lostLocks++;
+    else {
+      report.skipped++;
+      this.logger.warn(messages.outbox.lockNotRenewed(message.id, message.topic, messages.outbox.renewalTooSlow));
+    }
+    return false;
+  }
+
+  /**
+   * Never throws. A message whose attempts are spent is dead-lettered without
+   * being delivered again, unless this relay delivered it and only its
+   * "delivered" mark is left.
+   */
+  private async settleExhausted(message: OutboxMessage, lockToken: string, report: RelayReport): Promise<void> {
+    if (this.unsettled.delete(message.id)) return this.markDelivered(message, lockToken, report);
+    const reason = messages.outbox.attemptsExhausted(message.attempt, this.options.outbox.maxAttempts);
+    let settled: boolean;
+    try {
+      settled = await this.outbox.store.markExhausted(message.id, lockToken, reason);
+    } catch (error) {
+      this.logger.warn(messages.outbox.exhaustedUnrecorded(message.id, message.topic, reasonOf(error)));
+      return;
+    }
+    if (!settled) {
+      report.lostLocks++;
+      return;
+    }
+    report.deadLettered++;
+    this.logger.warn(messages.outbox.deadLettered(message.id, message.topic, message.attempt, reason));
+  }
+
+  private async markDelivered(message: OutboxMessage, lockToken: string, report: RelayReport): Promise<void> {
     let settled: boolean;
     try {
       settled = await this.outbox.store.markDelivered(message.id, lockToken);

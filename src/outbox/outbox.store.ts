@@ -1,6 +1,6 @@
 import type { DataSource, EntityManager } from 'typeorm';
 import { installRedactingLogger, redactQueryError, sqlMarker } from '../store/redacting-logger.js';
-import { quoteTableName } from '../store/sql.js';
+import { quoteTableName } from '../store/identifiers.js';
 
 /** A message as the relay hands it to a handler. */
 export interface OutboxMessage<P = unknown> {
@@ -15,7 +15,14 @@ export interface OutboxMessage<P = unknown> {
 
 export interface ClaimedBatch {
   lockToken: string;
+  /** To deliver: each counted as an attempt by the claim. */
   messages: OutboxMessage[];
+  /**
+   * Locked only to be dead-lettered, not delivered: their `maxAttempts`
+   * attempts are spent and the last one never settled (its relay died, or
+   * its lock expired mid-delivery). The claim does not count them again.
+   */
+  exhausted: OutboxMessage[];
 }
 
 interface MessageRow {
@@ -25,6 +32,7 @@ interface MessageRow {
   payload: string;
   attempts: number;
   created_at: Date;
+  exhausted: boolean;
 }
 
 /**
@@ -62,33 +70,62 @@ export class OutboxStore {
     }
   }
 
-  async claim(batchSize: number, lockMs: number, lockToken: string): Promise<ClaimedBatch> {
+  /**
+   * Locks up to `batchSize` due messages for `lockMs` under `lockToken`. An
+   * attempt is counted here, when a message is locked for delivery, so an
+   * attempt that ends in a crash or an expired lock counts like a failure.
+   * With `maxAttempts`, a message that already had that many is locked
+   * without being counted again and returned in `exhausted`: the relay
+   * dead-letters it instead of delivering it once more.
+   */
+  async claim(batchSize: number, lockMs: number, lockToken: string, maxAttempts?: number): Promise<ClaimedBatch> {
     const { records } = await this.run(
       `${sqlMarker('outbox-claim')}
+       WITH due AS (
+         SELECT id, $4::integer IS NOT NULL AND attempts >= $4::integer AS exhausted FROM ${this.table}
+          WHERE status = 'pending' AND available_at <= now() AND (locked_until IS NULL OR locked_until <= now())
+          ORDER BY available_at, id
+          LIMIT $1
+          FOR UPDATE SKIP LOCKED)
        UPDATE ${this.table} AS m
-          SET attempts = m.attempts + 1, locked_until = now() + interval '1 millisecond' * $3::float8, lock_token = $2
-        WHERE m.id IN (
-          SELECT id FROM ${this.table}
-           WHERE status = 'pending' AND available_at <= now() AND (locked_until IS NULL OR locked_until <= now())
-           ORDER BY available_at, id
-           LIMIT $1
-           FOR UPDATE SKIP LOCKED)
-        RETURNING m.id, m.tenant_id, m.topic, m.payload, m.attempts, m.created_at`,
-      [batchSize, lockToken, lockMs],
+          SET attempts = CASE WHEN due.exhausted THEN m.attempts ELSE m.attempts + 1 END,
+              locked_until = now() + interval '1 millisecond' * $3::float8, lock_token = $2
+         FROM due
+        WHERE m.id = due.id
+        RETURNING m.id, m.tenant_id, m.topic, m.payload, m.attempts, m.created_at, due.exhausted`,
+      [batchSize, lockToken, lockMs, maxAttempts ?? null],
     );
+    const rows = (records as MessageRow[]).sort((a, b) => Number(a.id) - Number(b.id));
+    const message = (r: MessageRow): OutboxMessage => ({
+      id: String(r.id),
+      tenant: r.tenant_id,
+      topic: r.topic,
+      payload: JSON.parse(r.payload) as unknown,
+      attempt: r.attempts,
+      createdAt: r.created_at,
+    });
     return {
       lockToken,
-      messages: (records as MessageRow[])
-        .sort((a, b) => Number(a.id) - Number(b.id))
-        .map((r) => ({
-          id: String(r.id),
-          tenant: r.tenant_id,
-          topic: r.topic,
-          payload: JSON.parse(r.payload) as unknown,
-          attempt: r.attempts,
-          createdAt: r.created_at,
-        })),
+      messages: rows.filter((r) => !r.exhausted).map(message),
+      exhausted: rows.filter((r) => r.exhausted).map(message),
     };
+  }
+
+  /**
+   * Extends the lock of claimed messages to `lockMs` from now, for those this
+   * relay still holds (same token) and has not settled (a settled message has
+   * no lock); returns their ids. A message whose lock lapsed is renewed if no
+   * other relay claimed it since: no one else can be delivering it.
+   */
+  async renewLocks(ids: readonly string[], lockToken: string, lockMs: number): Promise<string[]> {
+    const { records } = await this.run(
+      `${sqlMarker('outbox-renew')}
+       UPDATE ${this.table} SET locked_until = now() + interval '1 millisecond' * $3::float8
+        WHERE id = ANY($1::bigint[]) AND lock_token = $2 AND status = 'pending' AND locked_until IS NOT NULL
+        RETURNING id`,
+      [ids, lockToken, lockMs],
+    );
+    return (records as Array<{ id: string }>).map((r) => String(r.id));
   }
 
   /** Marks a claimed message delivered; false if this relay's lock was lost meanwhile. */
@@ -117,6 +154,21 @@ export class OutboxStore {
             WHERE id = $1 AND lock_token = $2 AND status = 'pending'`,
           [id, lockToken, error, retryInMs],
         );
+  }
+
+  /**
+   * Dead-letters a message locked as exhausted, keeping the last failure
+   * recorded before it (the crash that ended its last attempt left none).
+   */
+  async markExhausted(id: string, lockToken: string, reason: string): Promise<boolean> {
+    return this.settle(
+      `${sqlMarker('outbox-exhausted')}
+       UPDATE ${this.table}
+          SET status = 'dead', locked_until = NULL,
+              last_error = CASE WHEN last_error IS NULL THEN $3 ELSE $3 || ' Last recorded failure: ' || last_error END
+        WHERE id = $1 AND lock_token = $2 AND status = 'pending'`,
+      [id, lockToken, reason],
+    );
   }
 
   /** Puts dead-lettered messages back in the queue (after fixing what made them fail). */

@@ -9,7 +9,7 @@ import {
   type Type,
 } from '@nestjs/common';
 import { defaultIfEmpty, lastValueFrom, Observable, type Subscriber } from 'rxjs';
-import type { FailureDecision } from '../core/idempotency-engine.js';
+import type { EngineOutcome } from '../core/idempotency-engine.js';
 import {
   FingerprintMismatchError,
   KeyInFlightError,
@@ -23,9 +23,8 @@ import { ProblemType } from '../errors/problems.js';
 import { IdempotentRoutes, type RouteSettings } from '../http/route-settings.js';
 import { IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { FailurePolicy, ResolvedIdempotencyOptions } from '../idempotency.options.js';
-import { routeScope } from '../entry-point.js';
+import { decodeOutcome, encodeOutcome, resolveTenant, runHandler } from '../entry-point.js';
 import { IdempotencyService } from '../idempotency.service.js';
-import type { StoredResponse } from '../store/idempotency-store.js';
 import { messageDelivery, type MessageDelivery } from './message-delivery.js';
 
 /** Set by `@EventPattern` (2) and `@MessagePattern` (1) on the handler (@nestjs/microservices' PatternHandler). */
@@ -37,6 +36,13 @@ const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
 /** After a lost lease another delivery holds the key: look again shortly, when it has settled or holds a lease to wait for. */
 const LEASE_LOST_RETRY_MS = 1_000;
 
+/** A delivery whose message was already attempted `maxDeliveries` times: dead-lettered before the handler runs again. */
+class PoisonMessageError extends Error {
+  constructor(readonly attempts: number) {
+    super(`The message was already attempted ${attempts} times.`);
+  }
+}
+
 /** Deliveries already handled (class- and method-level `@Idempotent()` both apply the interceptor). */
 const handledDeliveries = new WeakSet<object>();
 
@@ -44,19 +50,6 @@ type Microservices = typeof import('@nestjs/microservices');
 let microservices: Promise<Microservices> | undefined;
 /** Loaded on the first message only: a message context exists only where the package is installed. */
 const loadMicroservices = () => (microservices ??= import('@nestjs/microservices'));
-
-const JSON_HEADERS: Array<[string, string]> = [['content-type', 'application/json']];
-
-/** What a message handler's outcome is stored as: its value, or a definite error to replay. */
-type StoredOutcome = { value: unknown } | { error: unknown };
-
-function encode(outcome: StoredOutcome, status: number): StoredResponse {
-  return { status, headers: JSON_HEADERS, body: Buffer.from(JSON.stringify(outcome), 'utf8') };
-}
-
-function decode(response: StoredResponse): StoredOutcome {
-  return JSON.parse((response.body ?? Buffer.from('{"value":null}')).toString('utf8')) as StoredOutcome;
-}
 
 /**
  * The message face of the engine, for `@Idempotent()` on `@EventPattern` and
@@ -146,51 +139,51 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
     if (key.length > this.options.maxKeyLength || !VISIBLE_ASCII.test(key)) {
       return deadLetter(messages.consumer.invalidKey(this.options.maxKeyLength));
     }
-    const tenant = await this.resolveTenant(context, route.name);
+    const tenant = await resolveTenant(this.options, context, route.name, this.logger).catch(() => undefined);
     if (tenant === undefined) return deadLetter(messages.consumer.tenantUnresolved);
-    let fingerprint: string;
-    try {
-      fingerprint = fingerprintValue(
-        route.options.fingerprint
-          ? route.options.fingerprint(context)
-          : { pattern: delivery.pattern ?? route.name, data: context.switchToRpc().getData<unknown>() ?? null },
-      );
-    } catch (error) {
-      if (error instanceof UnrepresentableInputError) return deadLetter(messages.consumer.unrepresentable(error.reason));
-      throw error;
-    }
 
-    const execution = this.service.createContext();
     let attempt = 1;
     let startedAt = Date.now();
     let policy = 'keep' as FailurePolicy | 'rejected';
-    const handle = async (_tx: unknown, claim: { attempt: number }) => {
-      attempt = claim.attempt;
-      startedAt = Date.now();
-      const value = await lastValueFrom(next.handle().pipe(defaultIfEmpty(undefined)));
-      const response = encode({ value: value ?? null }, 200);
-      return { response, result: value };
-    };
-    const onFailure = async (error: unknown): Promise<FailureDecision> => {
-      // A pipe refused its payload: nothing ran, and the same message would be refused again.
-      if (!execution.handlerStarted) {
-        policy = 'rejected';
-        return { action: 'release' };
-      }
-      policy = (await this.isDefinite(error)) ? route.options.onHttpException : route.options.onError;
-      return policy === 'store'
-        ? { action: 'store', response: encode({ error: await this.rpcPayload(error) }, 400) }
-        : { action: policy };
-    };
-
     try {
-      const scope = routeScope(route, { tenant, key, fingerprint }, onFailure);
-      const outcome = route.options.phases
-        ? await this.service.runPhased({ ...scope, run: (_phases, claim) => handle(undefined, claim) }, execution)
-        : await this.service.run({ ...scope, run: handle }, execution);
+      let outcome: EngineOutcome<unknown>;
+      try {
+        outcome = await runHandler(this.service, {
+          route,
+          context,
+          tenant,
+          key,
+          defaultFingerprint: () =>
+            fingerprintValue({ pattern: delivery.pattern ?? route.name, data: context.switchToRpc().getData<unknown>() ?? null }),
+          run: async (claim) => {
+            attempt = claim.attempt;
+            // Attempts that never reached a verdict (the process crashed, was killed or ran out of memory) count too:
+            // the key row counts them; a claim that rolls back with its work (request-transaction) keeps no count, so
+            // there the broker's (which also counts requeues of a duplicate that found the key in flight) decides.
+            const brokerCount = route.options.claimMode === 'request-transaction' ? (delivery.deliveryCount ?? 1) : 1;
+            const attempted = Math.max(claim.attempt, brokerCount) - 1;
+            if (attempted >= route.options.maxDeliveries) throw new PoisonMessageError(attempted);
+            startedAt = Date.now();
+            const value = await lastValueFrom(next.handle().pipe(defaultIfEmpty(undefined)));
+            return { response: encodeOutcome({ value: value ?? null }, 200), result: value };
+          },
+          // A poison message is dead-lettered; its key goes, so a redrive after a fix starts with a fresh count.
+          readFailure: async (error) =>
+            error instanceof PoisonMessageError
+              ? { action: 'release' }
+              : {
+                  definite: await this.isDefinite(error),
+                  response: async () => encodeOutcome({ error: await this.rpcPayload(error) }, 400),
+                },
+          decided: (decided) => (policy = decided),
+        });
+      } catch (error) {
+        if (error instanceof UnrepresentableInputError) return deadLetter(messages.consumer.unrepresentable(error.reason));
+        throw error;
+      }
       // Committed (or found committed): only now may the broker forget the message.
       delivery.ack();
-      const stored = decode(outcome.response);
+      const stored = decodeOutcome(outcome.response);
       if ('error' in stored) return reply.fail(await this.rpcError(stored.error));
       return reply.emit(stored.value);
     } catch (error) {
@@ -204,6 +197,7 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
         return requeue(delayMs, messages.consumer.unavailable, ProblemType.unavailable);
       }
       if (error instanceof FingerprintMismatchError) return deadLetter(messages.consumer.mismatch);
+      if (error instanceof PoisonMessageError) return deadLetter(messages.consumer.poisoned(error.attempts));
       if (policy === 'rejected') return deadLetter(messages.consumer.rejected, error);
       return this.afterHandlerFailure(route, delivery, reply, error, policy, attempt, startedAt, deadLetter);
     }
@@ -267,22 +261,6 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
     const data = context.switchToRpc().getData<unknown>();
     if (typeof option === 'string') return nonEmpty(field(data, option));
     return delivery.messageId ?? nonEmpty(field(data, DEFAULT_KEY_FIELD));
-  }
-
-  /** The tenant, or undefined (logged) when the resolver yields nothing or throws: never a shared scope. */
-  private async resolveTenant(context: ExecutionContext, routeName: string): Promise<string | undefined> {
-    let tenant: string | null | undefined;
-    try {
-      tenant = await this.options.tenant(context);
-    } catch (error) {
-      this.logger.error(messages.log.tenantFailed(routeName), error instanceof Error ? error.stack : String(error));
-      return undefined;
-    }
-    if (typeof tenant !== 'string' || tenant === '') {
-      this.logger.error(messages.log.tenantUnresolved(routeName));
-      return undefined;
-    }
-    return tenant;
   }
 
   /** A definite outcome, stored by the `onHttpException` policy: an `RpcException`, or an `HttpException` below 500. */

@@ -1,5 +1,5 @@
 import { sqlMarker } from './redacting-logger.js';
-import { quoteTableName } from './sql.js';
+import { quoteTableName } from './identifiers.js';
 
 /**
  * The key store's statements, one per cell group of the state table:
@@ -34,6 +34,10 @@ export function keyStoreStatements(t: string) {
     // needs nothing. $7 is a lock timeout in ms (request-transaction mode), or null.
     claim: `${sqlMarker('claim')} SELECT * FROM ${fn(t, 'claim')}($1, $2, $3, $4::uuid, $5, $6, $7)`,
     complete: `${sqlMarker('complete')} SELECT ${fn(t, 'complete')}($1, $2, $3::uuid, $4, $5::jsonb, $6, $7) AS completed`,
+    // The same, raising FENCE_LOST_SQLSTATE instead of answering false: for a completion followed by COMMIT.
+    completeOrRaise: `${sqlMarker('complete')} SELECT ${fn(t, 'complete_or_raise')}($1, $2, $3::uuid, $4, $5::jsonb, $6, $7) AS completed`,
+    // request-transaction mode (see keyStoreFunctions): $1-$7 as claim.
+    claimInTransaction: `${sqlMarker('claim')} SELECT * FROM ${fn(t, 'claim_in_transaction')}($1, $2, $3, $4::uuid, $5, $6, $7)`,
     // The heartbeat of a long handler: fenced like the completion.
     renewLease: `${sqlMarker('renew-lease')}
       UPDATE ${t} SET lease_expires_at = clock_timestamp() + interval '1 millisecond' * $4::float8
@@ -71,16 +75,32 @@ export function keyStoreStatements(t: string) {
   } as const;
 }
 
+type KeyStoreFunction = 'claim' | 'complete' | 'complete_or_raise' | 'claim_in_transaction' | 'complete_in_transaction';
+
 /** A function of the key table, named after it and in its schema: `"billing"."payment_keys_claim"`. */
-function fn(quotedTable: string, name: 'claim' | 'complete'): string {
+export function keyStoreFunction(quotedTable: string, name: KeyStoreFunction): string {
   return `${quotedTable.slice(0, -1)}_${name}"`;
 }
+const fn = keyStoreFunction;
 
 /** The key table's functions, quoted as the store calls them. */
 export function keyStoreFunctionNames(tableName: string): string[] {
   const t = quoteTableName(tableName);
-  return [fn(t, 'claim'), fn(t, 'complete')];
+  return [
+    fn(t, 'claim'),
+    fn(t, 'complete'),
+    fn(t, 'complete_or_raise'),
+    fn(t, 'claim_in_transaction'),
+    fn(t, 'complete_in_transaction'),
+  ];
 }
+
+/**
+ * SQLSTATE the completion raises when its fence fails (`complete_or_raise`):
+ * the key is no longer this attempt's. An error, not a false result, so that a
+ * COMMIT sent in the same message never runs after it.
+ */
+export const FENCE_LOST_SQLSTATE = 'NI409';
 
 /**
  * The functions the claim and the completion call, created by the key
@@ -190,6 +210,98 @@ export function keyStoreFunctions(tableName: string): string[] {
               completed_at = clock_timestamp(), expires_at = clock_timestamp() + interval '1 millisecond' * p_ttl_ms
         WHERE tenant_id = p_tenant AND key = p_key AND owner_token = p_owner AND status = 'in_flight';
        RETURN FOUND;
+     END
+     $fn$`,
+    // request-transaction mode under READ COMMITTED: nobody needs to see an in-flight row that only this
+    // transaction could ever commit, so a new key is written once, completed, by complete_in_transaction. The
+    // claim serialises on the key with a transaction-scoped advisory lock instead of the row's lock (a duplicate
+    // waits on it, at most the lock timeout), then answers from the committed row, read after the lock was
+    // granted. Only a lapsed in-flight row (a takeover) is written at once, by the ordinary claim, so that its
+    // old owner's completion is fenced from this moment on. A claim of the other mode never takes the lock: it
+    // can only insert a key that has no row, and then this attempt's completion finds that row and is fenced.
+    `CREATE OR REPLACE FUNCTION ${fn(t, 'claim_in_transaction')}(
+       p_tenant text, p_key text, p_fingerprint text, p_owner uuid, p_lease_ms float8, p_ttl_ms float8, p_lock_timeout_ms float8)
+     RETURNS TABLE (state text, attempt integer, generation text, retry_after integer, response_status integer,
+                    response_headers jsonb, response_body bytea, recovery_point text, phase_results text)
+     LANGUAGE plpgsql AS $fn$
+     DECLARE
+       r ${t}%ROWTYPE;
+       previous_lock_timeout text := current_setting('lock_timeout');
+     BEGIN
+       PERFORM set_config('lock_timeout', greatest(1, ceil(coalesce(p_lock_timeout_ms, 0)))::bigint || 'ms', true);
+       -- Tenant first, then the key, with a separator no key contains (keys are visible ASCII).
+       PERFORM pg_advisory_xact_lock(hashtextextended(p_tenant || E'\\x1f' || p_key, 0));
+       PERFORM set_config('lock_timeout', previous_lock_timeout, true);
+       SELECT * INTO r FROM ${t} k WHERE k.tenant_id = p_tenant AND k.key = p_key;
+       IF FOUND AND NOT (r.expires_at <= now() AND NOT (r.status = 'in_flight' AND r.lease_expires_at > now())) THEN
+         IF r.status = 'in_flight' AND r.lease_expires_at > now() THEN
+           RETURN QUERY SELECT CASE WHEN r.fingerprint = p_fingerprint THEN 'in_flight' ELSE 'mismatch' END, r.attempt,
+             NULL::text, greatest(1, ceil(extract(epoch FROM (r.lease_expires_at - now()))))::integer,
+             NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
+         ELSIF r.fingerprint <> p_fingerprint THEN
+           RETURN QUERY SELECT 'mismatch'::text, r.attempt, NULL::text, NULL::integer,
+             NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
+         ELSIF r.status = 'completed' THEN
+           RETURN QUERY SELECT 'completed'::text, r.attempt, NULL::text, NULL::integer,
+             r.response_status, r.response_headers, r.response_body, NULL::text, NULL::text;
+         ELSE
+           -- In flight, its lease lapsed: taken over in place, as the ordinary claim does.
+           RETURN QUERY SELECT * FROM ${fn(t, 'claim')}(p_tenant, p_key, p_fingerprint, p_owner, p_lease_ms, p_ttl_ms, p_lock_timeout_ms);
+         END IF;
+         RETURN;
+       END IF;
+       -- Absent, or expired: this attempt's, with nothing written until its completion.
+       RETURN QUERY SELECT 'claimed'::text, 1, p_owner::text, NULL::integer,
+         NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
+     END
+     $fn$`,
+    // The completion of a request-transaction claim: inserts the completed row (a key claimed without a
+    // write), or completes the attempt's own in-flight row (a takeover), or replaces an expired row. Anything
+    // else means another attempt holds or completed the key: the fence fails, raised so that no COMMIT follows.
+    `CREATE OR REPLACE FUNCTION ${fn(t, 'complete_in_transaction')}(
+       p_tenant text, p_key text, p_fingerprint text, p_owner uuid, p_status integer, p_headers jsonb, p_body bytea,
+       p_ttl_ms float8)
+     RETURNS boolean
+     LANGUAGE plpgsql AS $fn$
+     BEGIN
+       INSERT INTO ${t} AS k
+         (tenant_id, key, fingerprint, status, owner_token, generation, attempt, lease_expires_at, expires_at, created_at,
+          completed_at, response_status, response_headers, response_body)
+       VALUES (p_tenant, p_key, p_fingerprint, 'completed', p_owner, p_owner, 1, now(),
+               clock_timestamp() + interval '1 millisecond' * p_ttl_ms, now(), clock_timestamp(), p_status, p_headers, p_body)
+       ON CONFLICT (tenant_id, key) DO UPDATE SET
+         status = 'completed',
+         fingerprint = EXCLUDED.fingerprint,
+         owner_token = EXCLUDED.owner_token,
+         generation = CASE WHEN k.owner_token = EXCLUDED.owner_token THEN k.generation ELSE EXCLUDED.generation END,
+         attempt = CASE WHEN k.owner_token = EXCLUDED.owner_token THEN k.attempt ELSE 1 END,
+         created_at = CASE WHEN k.owner_token = EXCLUDED.owner_token THEN k.created_at ELSE now() END,
+         lease_expires_at = now(),
+         expires_at = EXCLUDED.expires_at,
+         completed_at = EXCLUDED.completed_at,
+         response_status = EXCLUDED.response_status,
+         response_headers = EXCLUDED.response_headers,
+         response_body = EXCLUDED.response_body,
+         recovery_point = NULL,
+         phase_results = NULL
+       WHERE (k.owner_token = EXCLUDED.owner_token AND k.status = 'in_flight')
+          OR (k.expires_at <= now() AND NOT (k.status = 'in_flight' AND k.lease_expires_at > now()));
+       IF NOT FOUND THEN
+         RAISE EXCEPTION 'the idempotency key is no longer this attempt''s' USING ERRCODE = '${FENCE_LOST_SQLSTATE}';
+       END IF;
+       RETURN true;
+     END
+     $fn$`,
+    // The completion sent with its COMMIT in one message: a failed fence must stop that COMMIT.
+    `CREATE OR REPLACE FUNCTION ${fn(t, 'complete_or_raise')}(
+       p_tenant text, p_key text, p_owner uuid, p_status integer, p_headers jsonb, p_body bytea, p_ttl_ms float8)
+     RETURNS boolean
+     LANGUAGE plpgsql AS $fn$
+     BEGIN
+       IF NOT ${fn(t, 'complete')}(p_tenant, p_key, p_owner, p_status, p_headers, p_body, p_ttl_ms) THEN
+         RAISE EXCEPTION 'the idempotency key is no longer this attempt''s' USING ERRCODE = '${FENCE_LOST_SQLSTATE}';
+       END IF;
+       RETURN true;
      END
      $fn$`,
   ];

@@ -1,5 +1,5 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
-import { quoteTableName } from './sql.js';
+import { quoteTableName } from './identifiers.js';
 
 /**
  * A migration that creates one table with `IF NOT EXISTS` statements under a

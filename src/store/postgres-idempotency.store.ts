@@ -1,7 +1,9 @@
 import { createHash } from 'node:crypto';
-import type { DataSource, EntityManager } from 'typeorm';
+import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 import {
   IdempotencyStore,
+  type Begun,
+  type ClaimMode,
   type ClaimRef,
   type ClaimRequest,
   type ClaimResult,
@@ -9,10 +11,11 @@ import {
   type StoredResponse,
   type SweepOptions,
   type SweepResult,
-} from './idempotency-store.js';
-import { keyStoreStatements } from './key-store.sql.js';
-import { installRedactingLogger, redactQueryError } from './redacting-logger.js';
-import { quoteTableName } from './sql.js';
+  type OpenAttempt,
+} from '../core/idempotency-store.js';
+import { FENCE_LOST_SQLSTATE, keyStoreFunction, keyStoreStatements } from './key-store.sql.js';
+import { installRedactingLogger, redactQueryError, sqlMarker } from './redacting-logger.js';
+import { quoteTableName } from './identifiers.js';
 
 interface ClaimRow {
   state: 'claimed' | 'in_flight' | 'completed' | 'mismatch' | 'retry';
@@ -24,6 +27,12 @@ interface ClaimRow {
   response_body: Buffer | null;
   recovery_point: string | null;
   phase_results: string | null;
+}
+
+/** An integer or decimal as a SQL literal; undefined for anything else (never a string built from input). */
+function numberLiteral(value: number | null): string | undefined {
+  if (value === null) return 'NULL';
+  return Number.isFinite(value) ? String(value) : undefined;
 }
 
 /** SQLSTATE of a lock wait that ran past `lock_timeout`. */
@@ -70,7 +79,24 @@ const UNAVAILABLE_MESSAGES = [
 /** node-postgres's client, as far as the store uses it. */
 interface PgClient {
   query(config: { text: string; values: unknown[]; name?: string }): Promise<{ rows: unknown[]; rowCount: number | null }>;
+  /** A query with no values goes as one simple-protocol message, which may hold several statements: one result each. */
+  query(text: string): Promise<Array<{ rows: unknown[]; rowCount: number | null }>>;
+  escapeLiteral(value: string): string;
 }
+
+/** The pg Pool under TypeORM's postgres driver, as far as the store looks at it. */
+interface PgPool {
+  idleCount: number;
+  totalCount: number;
+  waitingCount: number;
+  options: { max: number };
+}
+
+/** Bodies up to this size are sent inline (hex) with the COMMIT; larger ones as a binary parameter, one more round trip. */
+const INLINE_BODY_LIMIT = 64 * 1024;
+
+/** The savepoint after a request-transaction claim: undoing the work back to it keeps the claim and its lock. */
+const WORK_SAVEPOINT = 'nest_idempotency_work';
 
 /** Options of `PostgresIdempotencyStore`. */
 export interface PostgresIdempotencyStoreOptions {
@@ -123,6 +149,61 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
    *   on the row lock at most `lockTimeoutMs`, and a timeout reads as in flight.
    */
   async claim(request: ClaimRequest, tx?: EntityManager, lockTimeoutMs?: number): Promise<ClaimResult> {
+    let rows: ClaimRow[];
+    try {
+      rows =
+        tx || this.options.preparedStatements
+          ? await this.claimRows(request, tx ? (lockTimeoutMs ?? 0) : null, tx)
+          : await this.claimAlone(request);
+    } catch (error) {
+      if (tx && (error as { code?: unknown }).code === LOCK_NOT_AVAILABLE) {
+        return { state: 'in-flight', retryAfterSeconds: Math.max(1, Math.ceil(request.leaseMs / 1000)) };
+      }
+      throw error;
+    }
+    return this.claimResult(rows[0], request);
+  }
+
+  /**
+   * A claim committed on its own, on the claim pool: one message whose
+   * transaction does not wait for its WAL flush (see `begin`).
+   */
+  private async claimAlone(request: ClaimRequest): Promise<ClaimRow[]> {
+    const [client, release] = (await (this.claims.driver as unknown as PgDriver).obtainMasterConnection()) as [
+      PgClient,
+      (error?: unknown) => void,
+    ];
+    let failure: unknown;
+    try {
+      const claim = this.claimCall(client, request, null);
+      if (!claim) return await this.claimRows(request, null);
+      const message = (call: string) => `${sqlMarker('claim')} BEGIN; SET LOCAL synchronous_commit TO off; ${call}; COMMIT`;
+      const results = await this.runMessage(
+        client,
+        message(claim.text),
+        message(claim.template),
+        claim.params,
+        undefined,
+        this.claims,
+      );
+      return results[2].rows as ClaimRow[];
+    } catch (error) {
+      failure = error;
+      // The message stopped inside its transaction: end it before the connection serves anyone else.
+      if (!this.isUnavailableError(error)) await client.query('ROLLBACK').catch(() => undefined);
+      throw error;
+    } finally {
+      release(failure !== undefined && this.isUnavailableError(failure) ? failure : undefined);
+    }
+  }
+
+  /** The claim function's rows, with its values as parameters (in `tx` when given, else on the claim pool). */
+  private async claimRows(
+    request: ClaimRequest,
+    lockTimeoutMs: number | null,
+    tx?: EntityManager,
+    name: 'claim' | 'claim_in_transaction' = 'claim',
+  ): Promise<ClaimRow[]> {
     const params = [
       request.tenant,
       request.key,
@@ -130,42 +211,357 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       request.ownerToken,
       request.leaseMs,
       request.ttlMs,
-      tx ? (lockTimeoutMs ?? 0) : null,
+      lockTimeoutMs,
     ];
-    let row: ClaimRow | undefined;
+    if (name === 'claim_in_transaction')
+      return (await this.run(undefined, this.sql.claimInTransaction, params, tx)).rows as ClaimRow[];
+    return (await this.run('claim', this.sql.claim, params, tx)).rows as ClaimRow[];
+  }
+
+  /** What the claim function's row says, as the engine reads it. */
+  private claimResult(row: ClaimRow | undefined, request: ClaimRequest): ClaimResult {
+    switch (row?.state) {
+      case 'claimed':
+        return {
+          state: 'claimed',
+          attempt: row.attempt,
+          generation: row.generation ?? request.ownerToken,
+          phases: { recoveryPoint: row.recovery_point, results: row.phase_results ? JSON.parse(row.phase_results) : {} },
+        };
+      case 'in_flight':
+        return { state: 'in-flight', retryAfterSeconds: row.retry_after ?? 1 };
+      case 'mismatch':
+        return { state: 'mismatch' };
+      case 'completed':
+        return {
+          state: 'completed',
+          response: { status: row.response_status ?? 200, headers: row.response_headers ?? [], body: row.response_body },
+        };
+      default:
+        return { state: 'in-flight', retryAfterSeconds: 1 };
+    }
+  }
+
+  /**
+   * The claim function's call with its values as literals, for a message of
+   * several statements (`text`), and as logged (`template`, with the values
+   * as parameters, which the redacting logger hides). Undefined when a value
+   * cannot be a literal (a NUL ends a simple-protocol message).
+   */
+  private claimCall(
+    client: PgClient,
+    request: ClaimRequest,
+    lockTimeoutMs: number | null,
+    name: 'claim' | 'claim_in_transaction' = 'claim',
+  ) {
+    const values = [request.tenant, request.key, request.fingerprint, request.ownerToken];
+    if (values.some((v) => v.includes('\0'))) return undefined;
+    const [tenant, key, fingerprint, owner] = values.map((v) => client.escapeLiteral(v));
+    const numbers = [request.leaseMs, request.ttlMs, lockTimeoutMs].map(numberLiteral);
+    if (numbers.some((n) => n === undefined)) return undefined;
+    const call = keyStoreFunction(this.table, name);
+    return {
+      text: `SELECT * FROM ${call}(${tenant}, ${key}, ${fingerprint}, ${owner}::uuid, ${numbers.join(', ')})`,
+      template: `SELECT * FROM ${call}($1, $2, $3, $4::uuid, $5, $6, $7)`,
+      params: [...values, request.leaseMs, request.ttlMs, lockTimeoutMs],
+    };
+  }
+
+  /**
+   * The completion's call with literals (see `claimCall`), and with its
+   * values as parameters (`params`, for `sql`); `text` is undefined for a
+   * value a literal cannot carry or a body too large to inline. Both raise
+   * when the fence fails. A request-transaction claim is completed by
+   * `complete_in_transaction`, which also writes the row a claim under the
+   * key's lock did not.
+   */
+  private completionCall(
+    client: PgClient,
+    request: ClaimRequest,
+    response: StoredResponse,
+    ttlMs: number,
+    inTransaction: boolean,
+  ) {
+    const headersJson = JSON.stringify(response.headers);
+    const strings = inTransaction
+      ? [request.tenant, request.key, request.fingerprint, request.ownerToken]
+      : [request.tenant, request.key, request.ownerToken];
+    const name = inTransaction ? 'complete_in_transaction' : 'complete_or_raise';
+    const call = keyStoreFunction(this.table, name);
+    const placeholders = inTransaction
+      ? '$1, $2, $3, $4::uuid, $5, $6::jsonb, $7, $8'
+      : '$1, $2, $3::uuid, $4, $5::jsonb, $6, $7';
+    const params = [...strings, response.status, headersJson, response.body, ttlMs];
+    const sql = `${sqlMarker('complete')} SELECT ${call}(${placeholders}) AS completed`;
+    const template = `SELECT ${call}(${placeholders})`;
+    const status = numberLiteral(response.status);
+    const ttl = numberLiteral(ttlMs);
+    const inlinable =
+      ![...strings, headersJson].some((v) => v.includes('\0')) &&
+      (response.body?.length ?? 0) <= INLINE_BODY_LIMIT &&
+      status !== undefined &&
+      ttl !== undefined;
+    if (!inlinable) return { text: undefined, template, params, sql };
+    const literals = strings.map((v) => client.escapeLiteral(v));
+    const owner = `${literals.pop()}::uuid`;
+    // Hex escape form: the same bytes whatever standard_conforming_strings says.
+    const body = response.body ? `E'\\\\x${response.body.toString('hex')}'::bytea` : 'NULL::bytea';
+    const values = [...literals, owner, status, `${client.escapeLiteral(headersJson)}::jsonb`, body, ttl];
+    return { text: `SELECT ${call}(${values.join(', ')})`, template, params, sql };
+  }
+
+  /**
+   * Sends `text` (several statements, values as literals) as one message and
+   * returns a result per statement. It is logged as `template` with `params`,
+   * so the redacting logger keeps keys, tenants and bodies out of the logs,
+   * and an error it throws carries neither the text nor the values.
+   */
+  private async runMessage(
+    client: PgClient,
+    text: string,
+    /** What is logged: `text` with `params` in place of its literals. */
+    template: string,
+    params: unknown[],
+    runner?: QueryRunner,
+    source: DataSource = this.dataSource,
+  ): Promise<Array<{ rows: unknown[]; rowCount: number | null }>> {
+    installRedactingLogger(source);
+    const logged = template;
+    source.logger.logQuery(logged, params, runner);
     try {
-      row = (await this.run('claim', this.sql.claim, params, tx)).rows[0] as ClaimRow | undefined;
+      const result = await client.query(text);
+      return Array.isArray(result) ? result : [result];
     } catch (error) {
-      if (tx && (error as { code?: unknown }).code === LOCK_NOT_AVAILABLE) {
-        return { state: 'in-flight', retryAfterSeconds: Math.max(1, Math.ceil(request.leaseMs / 1000)) };
+      source.logger.logQueryError(error as Error, logged, params, runner);
+      throw redactQueryError(error, params);
+    }
+  }
+
+  /**
+   * The claim and the BEGIN of the work's transaction in one round trip, on
+   * the connection the work then uses: one simple-protocol message, whose
+   * values are literals escaped by the driver.
+   *
+   * - `separate`: `BEGIN; SET LOCAL synchronous_commit TO off; SELECT claim;
+   *   COMMIT; START TRANSACTION`. The claim commits on its own (another
+   *   connection sees it at once; a later ROLLBACK leaves it) without waiting
+   *   for its WAL flush: the work's COMMIT that follows flushes it, and a
+   *   claim lost in a crash before that is a key that was never claimed. When
+   *   the main pool has no connection free, the claim goes to the claim pool
+   *   instead, so that replays and 409s never queue behind business
+   *   transactions, and the BEGIN follows once a connection is free.
+   * - `request-transaction`: `START TRANSACTION; SELECT claim; SAVEPOINT`.
+   *   The savepoint lets a failure's response be stored under the claim's
+   *   lock, so a duplicate waiting on it finds the stored answer.
+   *
+   * Behind PgBouncer in transaction pooling the message ends inside an open
+   * transaction, so the server connection stays with this client.
+   */
+  override async begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs = 0): Promise<Begun<EntityManager>> {
+    if (this.options.preparedStatements) return super.begin(request, mode, lockTimeoutMs);
+    if (mode === 'separate' && !this.mainPoolHasRoom()) {
+      const claim = await this.claim(request);
+      if (claim.state !== 'claimed') return { claim };
+      const runner = this.dataSource.createQueryRunner();
+      try {
+        await runner.startTransaction();
+      } catch (error) {
+        await this.abandon(runner);
+        // BEGIN failed, so the work never ran: give the claim back, so a retry need not wait out the lease.
+        await this.release(request).catch(() => false);
+        throw error;
       }
+      return { claim, attempt: this.openAttempt(runner, request, false) };
+    }
+    const runner = this.dataSource.createQueryRunner();
+    const lockTimeout = mode === 'request-transaction' ? lockTimeoutMs : null;
+    // Under READ COMMITTED (PostgreSQL's default) a request-transaction claim writes nothing for a new key: each
+    // statement reads what committed before it, so the row read after the key's lock was granted is the latest.
+    // A transaction snapshot taken before that wait (REPEATABLE READ, SERIALIZABLE) would miss it: there the
+    // claim writes the in-flight row, whose unique index serialises duplicates instead.
+    const level = this.dataSource.options.isolationLevel;
+    const claimFunction =
+      mode === 'request-transaction' && (!level || level === 'READ COMMITTED') ? 'claim_in_transaction' : 'claim';
+    let rows: ClaimRow[] | undefined;
+    let refused: unknown;
+    try {
+      await this.fusing(runner, 'START TRANSACTION', async (client, startTransaction) => {
+        const claim = this.claimCall(client, request, lockTimeout, claimFunction);
+        if (claim === undefined) {
+          // A value a literal cannot carry (a NUL): the same statements, each on its own.
+          if (mode === 'separate') {
+            rows = await this.claimRows(request, null);
+            await client.query(startTransaction);
+          } else {
+            await client.query(startTransaction);
+            rows = await this.claimRows(request, lockTimeout, runner.manager, claimFunction).catch((error: unknown) => {
+              refused = error;
+              return undefined;
+            });
+            if (rows) await client.query(`SAVEPOINT ${WORK_SAVEPOINT}`);
+          }
+          return;
+        }
+        const message = (call: string) =>
+          mode === 'separate'
+            ? `${sqlMarker('claim-then-begin')} BEGIN; SET LOCAL synchronous_commit TO off; ${call}; COMMIT; ${startTransaction}`
+            : `${sqlMarker('begin-and-claim')} ${startTransaction}; ${call}; SAVEPOINT ${WORK_SAVEPOINT}`;
+        const results = await this.runMessage(client, message(claim.text), message(claim.template), claim.params, runner).catch(
+          (error: unknown) => {
+            // The database answered with an error: the message stopped there; the open transaction is rolled back below.
+            if (this.isUnavailableError(error)) throw error;
+            refused = error;
+            return undefined;
+          },
+        );
+        if (results) rows = results[mode === 'separate' ? 2 : 1].rows as ClaimRow[];
+      });
+    } catch (error) {
+      await this.abandon(runner);
+      // The claim may have committed before the connection was lost: give it back if the store still answers.
+      if (mode === 'separate') await this.release(request).catch(() => false);
       throw error;
     }
-    if (row) {
-      switch (row.state) {
-        case 'claimed':
-          return {
-            state: 'claimed',
-            attempt: row.attempt,
-            generation: row.generation ?? request.ownerToken,
-            phases: { recoveryPoint: row.recovery_point, results: row.phase_results ? JSON.parse(row.phase_results) : {} },
-          };
-        case 'in_flight':
-          return { state: 'in-flight', retryAfterSeconds: row.retry_after ?? 1 };
-        case 'mismatch':
-          return { state: 'mismatch' };
-        case 'completed':
-          return {
-            state: 'completed',
-            response: {
-              status: row.response_status ?? 200,
-              headers: row.response_headers ?? [],
-              body: row.response_body,
-            },
-          };
+    if (refused !== undefined || !rows) {
+      await this.abandon(runner);
+      if (
+        refused !== undefined &&
+        mode === 'request-transaction' &&
+        (refused as { code?: unknown }).code === LOCK_NOT_AVAILABLE
+      ) {
+        return { claim: { state: 'in-flight', retryAfterSeconds: Math.max(1, Math.ceil(request.leaseMs / 1000)) } };
       }
+      throw refused ?? new Error('The claim returned no row.');
     }
-    return { state: 'in-flight', retryAfterSeconds: 1 };
+    const claim = this.claimResult(rows[0], request);
+    if (claim.state !== 'claimed') {
+      // Nothing to do in the transaction just opened: the answer need not wait for its ROLLBACK.
+      void this.abandon(runner);
+      return { claim };
+    }
+    return { claim, attempt: this.openAttempt(runner, request, mode === 'request-transaction') };
+  }
+
+  /**
+   * The end of an attempt begun on `runner`: the completion and the COMMIT in one round trip.
+   *
+   * @param inTransaction a request-transaction claim: its work runs after a savepoint, and its completion writes the row
+   */
+  private openAttempt(runner: QueryRunner, request: ClaimRequest, inTransaction: boolean): OpenAttempt<EntityManager> {
+    let ended = false;
+    const end = async () => {
+      ended = true;
+      await this.abandon(runner);
+    };
+    return {
+      tx: runner.manager,
+      commit: async (response, ttlMs) => {
+        if (ended) throw new Error('This attempt has already ended.');
+        try {
+          await this.fusing(runner, 'COMMIT', async (client) => {
+            const completion = this.completionCall(client, request, response, ttlMs, inTransaction);
+            if (completion.text) {
+              const message = (call: string) => `${sqlMarker('complete-and-commit')} ${call}; COMMIT`;
+              await this.runMessage(client, message(completion.text), message(completion.template), completion.params, runner);
+            } else {
+              await this.run(undefined, completion.sql, completion.params, runner.manager, this.dataSource);
+              await client.query('COMMIT');
+            }
+          });
+          ended = true;
+          await runner.release();
+          return true;
+        } catch (error) {
+          // The message stopped before its COMMIT; TypeORM's commitTransaction threw, so its subscribers were told of no
+          // commit, and the rollback below tells them of the rollback.
+          await end();
+          if ((error as { code?: unknown }).code === FENCE_LOST_SQLSTATE) return false;
+          throw error;
+        }
+      },
+      rollback: async (keepClaim) => {
+        if (ended) return false;
+        if (keepClaim && inTransaction) {
+          try {
+            const client = (await runner.connect()) as PgClient;
+            const undo = `${sqlMarker('undo-work')} ROLLBACK TO SAVEPOINT ${WORK_SAVEPOINT}`;
+            await this.runMessage(client, undo, undo, [], runner);
+            return true;
+          } catch (error) {
+            if (this.isUnavailableError(error)) {
+              await end();
+              throw error;
+            }
+          }
+        }
+        ended = true;
+        try {
+          if (runner.isTransactionActive) await runner.rollbackTransaction();
+        } catch (error) {
+          if (this.isUnavailableError(error)) throw error;
+        } finally {
+          if (!runner.isReleased) await runner.release();
+        }
+        return false;
+      },
+    };
+  }
+
+  /**
+   * Runs TypeORM's `runner.startTransaction()` or `commitTransaction()` with
+   * its one statement (`START TRANSACTION`, `COMMIT`) replaced by `send`, so
+   * the app's transaction subscribers and TypeORM's own bookkeeping see the
+   * transaction as usual, while the statement travels in one message with
+   * the module's.
+   */
+  private async fusing(
+    runner: QueryRunner,
+    statement: 'START TRANSACTION' | 'COMMIT',
+    send: (client: PgClient, statement: string) => Promise<void>,
+  ) {
+    // TypeORM follows START TRANSACTION with the data source's isolation level, which must come before any other
+    // statement of the transaction: it goes into the message instead (TypeORM has validated it as one of the levels).
+    const level = statement === 'START TRANSACTION' ? runner.connection.options.isolationLevel : undefined;
+    const sent = level && /^[A-Z ]+$/.test(level) ? `START TRANSACTION ISOLATION LEVEL ${level}` : statement;
+    const own = runner as QueryRunner & { query: QueryRunner['query'] };
+    const original = Object.getPrototypeOf(runner).query as QueryRunner['query'];
+    own.query = async function (this: QueryRunner, sql: string, ...rest: unknown[]) {
+      if (sql === statement) {
+        await send((await runner.connect()) as PgClient, sent);
+        if (sent === statement) delete (own as { query?: unknown }).query;
+        return [];
+      }
+      if (sent !== statement && sql.startsWith('SET TRANSACTION ISOLATION LEVEL')) {
+        delete (own as { query?: unknown }).query;
+        return [];
+      }
+      return (original as (...args: unknown[]) => Promise<unknown>).call(this, sql, ...rest);
+    } as QueryRunner['query'];
+    try {
+      if (statement === 'START TRANSACTION') await runner.startTransaction();
+      else await runner.commitTransaction();
+    } finally {
+      delete (own as { query?: unknown }).query;
+    }
+  }
+
+  /** Rolls back whatever `runner` has open, and gives its connection back; never throws. */
+  private async abandon(runner: QueryRunner): Promise<void> {
+    try {
+      if (runner.isTransactionActive && !runner.isReleased) await runner.rollbackTransaction();
+    } catch {
+      // A connection that died takes its transaction with it.
+    } finally {
+      if (!runner.isReleased) await runner.release().catch(() => undefined);
+    }
+  }
+
+  /** Whether the main pool can hand out a connection without queueing the caller. */
+  private mainPoolHasRoom(): boolean {
+    if (this.claims === this.dataSource) return true;
+    const pool = (this.dataSource.driver as unknown as { master?: PgPool }).master;
+    if (!pool?.options) return true;
+    return pool.waitingCount === 0 && (pool.idleCount > 0 || pool.totalCount < pool.options.max);
   }
 
   override async renewLease(ref: ClaimRef, leaseMs: number): Promise<boolean> {

@@ -1,7 +1,8 @@
 import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
 import { IdempotencyConfigurationError } from '../errors/configuration.error.js';
-import { messages, type TableFix } from '../errors/messages.js';
+import { messages } from '../errors/messages.js';
+import type { RequiredTable } from './required-table.js';
 import {
   DEFAULT_OUTBOX_TABLE_NAME,
   DEFAULT_TABLE_NAME,
@@ -9,16 +10,12 @@ import {
   IDEMPOTENCY_OPTIONS,
 } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
-import { IdempotencyStore } from './idempotency-store.js';
+import { IdempotencyStore } from '../core/idempotency-store.js';
 import { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
 import { keyStoreFunctionNames, keyStoreFunctions } from './key-store.sql.js';
-import { KEY_TABLE_COLUMNS, OUTBOX_TABLE_COLUMNS, quoteTableName } from './sql.js';
+import { quoteTableName } from './identifiers.js';
+import { KEY_TABLE_COLUMNS, OUTBOX_TABLE_COLUMNS } from './sql.js';
 import { ledgerTable } from '../ledger/effect-ledger.js';
-
-/** A table the module needs, with the columns it must have and what creates it. */
-export interface RequiredTable extends TableFix {
-  columns: readonly string[];
-}
 
 /**
  * Looks the table up as the store's SQL names it (quoted, so case is kept; an

@@ -1,12 +1,5 @@
+import { quoteTableName } from './identifiers.js';
 import { keyStoreFunctions } from './key-store.sql.js';
-
-/** Quotes a possibly schema-qualified table name (`schema.table`) as SQL identifiers. */
-export function quoteTableName(name: string): string {
-  return name
-    .split('.')
-    .map((part) => `"${part.replace(/"/g, '""')}"`)
-    .join('.');
-}
 
 /**
  * Every column of the key table the module reads or writes, as `createTableStatements`
@@ -79,6 +72,10 @@ export function createTableStatements(tableName: string): string[] {
       PRIMARY KEY (tenant_id, key)
     )`,
     `CREATE INDEX IF NOT EXISTS ${indexName} ON ${table} (expires_at)`,
+    // A stored body is written once and read back whole on every replay: kept out of line without a compression
+    // attempt, which costs CPU on each write (a JSON body compresses, but a key lives hours, not years) and a
+    // decompression on each replay.
+    `ALTER TABLE ${table} ALTER COLUMN response_body SET STORAGE EXTERNAL`,
     ...keyStoreFunctions(tableName),
   ];
 }

@@ -3,7 +3,7 @@ import { ModuleRef } from '@nestjs/core';
 import type { EngineObserver } from '../core/observer.js';
 import { IDEMPOTENCY_OBSERVER, IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
-import { IdempotencyStore, type SweepResult } from '../store/idempotency-store.js';
+import { IdempotencyStore, type SweepResult } from '../core/idempotency-store.js';
 import { scheduleInterval } from './scheduler-registry.js';
 
 /** What the last run of the sweeper in this process did. */

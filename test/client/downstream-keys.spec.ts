@@ -1,12 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import type { EntityManager } from 'typeorm';
-import {
-  attachDownstreamKeys,
-  createDownstreamFetch,
-  deriveKey,
-  downstreamPurpose,
-  IdempotencyConfigurationError,
-} from '../../src/index.js';
+import { deriveKey, IdempotencyConfigurationError } from '../../src/index.js';
+import { attachDownstreamKeys, createDownstreamFetch, downstreamPurpose } from '../../src/outbound/index.js';
 import { loadOptionalPackage } from '../../src/outbound/optional-package.js';
 import { idempotencyContext } from '../../src/transaction/idempotency-context.js';
 

@@ -8,8 +8,16 @@ import {
   RetryBudget,
   type IdempotentClientOptions,
 } from '../../src/client/index.js';
+import { ProblemType } from '../../src/errors/problem-types.js';
 import { ManualClock } from './support/manual-clock.js';
 import { scriptedFetch, type Step } from './support/scripted-fetch.js';
+
+/** The module's own 409: another attempt holds the key (the only 409 besides lease-lost that the client retries). */
+const busyKey = (retryAfter: string): Step => ({
+  status: 409,
+  headers: { 'content-type': 'application/problem+json', 'retry-after': retryAfter },
+  body: JSON.stringify({ type: ProblemType.conflict, title: 'Request in progress', status: 409, detail: '...' }),
+});
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
@@ -105,7 +113,7 @@ describe('IdempotentClient: one key per intent', () => {
 describe('IdempotentClient: what it retries', () => {
   it.each([
     ['a reset connection', 'reset' as Step],
-    ['a 409 (another attempt holds the key)', { status: 409, headers: { 'retry-after': '1' } } as Step],
+    ["the module's 409 (another attempt holds the key)", busyKey('1')],
     ['a 503', { status: 503, headers: { 'retry-after': '1' } } as Step],
     ['a 503 without Retry-After', { status: 503 } as Step],
     ['a 502', { status: 502 } as Step],
@@ -124,7 +132,8 @@ describe('IdempotentClient: what it retries', () => {
     expect(sentAt()).toEqual([0, 2_000]);
   });
 
-  it.each([400, 401, 402, 403, 404, 422, 429, 500, 501])('never retries a %i', async (status) => {
+  // A 409 that is not the module's conflict or lease-lost problem is the application's answer.
+  it.each([400, 401, 402, 403, 404, 409, 422, 429, 500, 501])('never retries a %i', async (status) => {
     const { clock, client, calls } = setup([{ status, body: 'no' }, ok()]);
     const result = await clock.run(client.post('/charges', {}));
     expect(result).toMatchObject({ status, attempts: 1, ok: false, gaveUp: undefined });
@@ -155,10 +164,7 @@ describe('IdempotentClient: waits', () => {
   it('waits what Retry-After says (delta-seconds or an HTTP-date) before retrying a 409 or a 503', async () => {
     const clock = new ManualClock();
     const inFive = new Date(clock.now() + 5_000).toUTCString();
-    const { client, sentAt } = setup(
-      [{ status: 409, headers: { 'retry-after': '3' } }, { status: 503, headers: { 'retry-after': inFive } }, ok()],
-      { clock },
-    );
+    const { client, sentAt } = setup([busyKey('3'), { status: 503, headers: { 'retry-after': inFive } }, ok()], { clock });
     await clock.run(client.post('/charges', {}));
     // The date is 5 s from the start, and the second attempt went at 3 s: 2 s more.
     expect(sentAt()).toEqual([0, 3_000, 5_000]);

@@ -7,15 +7,8 @@ import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { firstValueFrom } from 'rxjs';
 import { IdempotentClient } from '../../src/client/index.js';
-import {
-  createDownstreamFetch,
-  DownstreamKeys,
-  downstreamPurpose,
-  Idempotent,
-  IdempotencyConfigurationError,
-  IdempotencyModule,
-  IdempotentHttpModule,
-} from '../../src/index.js';
+import { DownstreamKeys, Idempotent, IdempotencyConfigurationError, IdempotencyModule } from '../../src/index.js';
+import { createDownstreamFetch, downstreamPurpose, IdempotentHttpModule } from '../../src/outbound/index.js';
 import { createTables, dataSourceOptions, freshSchema } from '../support/database.js';
 import { ADAPTERS, type AdapterName } from '../support/test-app.js';
 import { RecordingProvider } from './support/recording-provider.js';

@@ -1,23 +1,13 @@
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
-import { execFile } from 'node:child_process';
+import { afterAll, afterEach, beforeAll, beforeEach, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
-import { promisify } from 'node:util';
 import amqp, { type ChannelModel, type ConfirmChannel } from 'amqplib';
-import { RABBITMQ_URL, waitFor } from '../support/brokers.js';
+import { describeWithBroker, RABBITMQ_URL, waitFor } from '../support/brokers.js';
 import { send, sleep } from '../support/http.js';
 import { API_KEY } from './support/charges.js';
 import { printFigures } from './support/figures.js';
+import { queueMessages } from './support/rabbitmq.js';
 import { Fleet, type SampleProcess } from './support/sample-process.js';
 import { ScenarioDatabase } from './support/scenario-database.js';
-
-const execFileAsync = promisify(execFile);
-
-/** Messages of `queue` ready or unacknowledged, as `rabbitmqctl` (root, on the broker's machine) counts them. */
-async function queueMessages(queue: string): Promise<number> {
-  const { stdout } = await execFileAsync('rabbitmqctl', ['list_queues', '-q', '--no-table-headers', 'name', 'messages']);
-  const line = stdout.split('\n').find((l) => l.split(/\s+/)[0] === queue);
-  return line ? Number(line.trim().split(/\s+/)[1]) : 0;
-}
 
 /** Short enough to wait out, long enough that a redelivery right after a crash meets it. */
 const LEASE_MS = 2_000;
@@ -28,7 +18,7 @@ const MAX_DELIVERIES = 5;
  * `refund.requested` (manual acks, a dead-letter queue), killed with SIGKILL
  * at the worst moments, with refunds counted in PostgreSQL.
  */
-describe('idempotent message consumers on RabbitMQ, real processes', () => {
+describeWithBroker('rabbitmq', 'idempotent message consumers on RabbitMQ, real processes', () => {
   let db: ScenarioDatabase;
   let connection: ChannelModel;
   let channel: ConfirmChannel;

@@ -2,11 +2,37 @@ import { randomUUID } from 'node:crypto';
 import amqp, { type Channel, type ChannelModel, type ConsumeMessage } from 'amqplib';
 import { connect, headers as natsHeaders, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import { describe, it } from '@jest/globals';
+import { BROKERS, brokerReachable, displayUrl, NATS_URL, probeBroker, RABBITMQ_URL, type BrokerName } from './broker-probe.js';
 import { sleep } from './http.js';
 
-/** The brokers of this machine (and CI's): RabbitMQ with guest/guest, NATS with JetStream. */
-export const RABBITMQ_URL = process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
-export const NATS_URL = process.env.NATS_URL ?? '127.0.0.1:4222';
+export { NATS_URL, RABBITMQ_URL };
+
+/** The start of the title of the test that stands for a suite that did not run (the not-run reporter looks for it). */
+export const NOT_RUN_PREFIX = 'not run: ';
+
+/**
+ * `describe(name, body)` for a suite that needs `broker`, where the run's
+ * global setup found it. Where it did not, the suite's tests are not
+ * registered at all: one test stands in for them, checking that the broker
+ * still does not answer, and test/support/not-run-reporter.js names the suite
+ * and how to run it at the end of the run. (With REQUIRE_BROKERS set, the
+ * global setup has already failed the run.)
+ */
+export function describeWithBroker(broker: BrokerName, name: string, body: () => void): void {
+  if (brokerReachable(broker)) {
+    describe(name, body);
+    return;
+  }
+  const { title, url, variable, start } = BROKERS[broker];
+  describe(name, () => {
+    it(`${NOT_RUN_PREFIX}needs ${title}, which did not answer at ${displayUrl(url)} (${variable}; start one: ${start})`, async () => {
+      // The one thing to check here: the setup's finding still holds, so no suite was left out by mistake.
+      if (await probeBroker(broker))
+        throw new Error(`${title} answers now, but did not when the run started: run the tests again.`);
+    });
+  });
+}
 
 /**
  * One test's RabbitMQ queue and its dead-letter queue, with a publisher
@@ -91,7 +117,15 @@ export class RabbitQueue {
         correlationId: id,
         messageId,
       });
-      await Promise.race([finished, sleep(timeoutMs)]);
+      // A timer of our own, cleared when the replies are in: a bare sleep() kept the worker alive for timeoutMs after
+      // the last test, which Jest reported as a worker that failed to exit gracefully.
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const timedOut = new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)));
+      try {
+        await Promise.race([finished, timedOut]);
+      } finally {
+        clearTimeout(timer);
+      }
       return replies;
     } finally {
       await connection.close();

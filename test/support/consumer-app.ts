@@ -1,4 +1,4 @@
-import { Controller, Injectable, Module, type INestMicroservice } from '@nestjs/common';
+import { Controller, Injectable, Module, type INestMicroservice, type LoggerService } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { Ctx, EventPattern, MessagePattern, Payload, RpcException, Transport, type CustomStrategy } from '@nestjs/microservices';
 import { TypeOrmModule } from '@nestjs/typeorm';
@@ -122,7 +122,30 @@ function consumerController(probe: ConsumerProbe) {
 export interface ConsumerApp {
   app: INestMicroservice;
   probe: ConsumerProbe;
+  /** What the app logged (log, warn, error), each line with its context: `[Idempotency] …`. */
+  logs: string[];
   close(): Promise<void>;
+}
+
+/** Keeps the app's log lines for assertions; also prints them with TEST_CONSUMER_LOGS set. */
+class CapturedLogs implements LoggerService {
+  readonly lines: string[] = [];
+  private keep(level: string, message: unknown, context: unknown): void {
+    const line = `${level} [${String(context ?? '')}] ${String(message)}`;
+    this.lines.push(line);
+    if (process.env.TEST_CONSUMER_LOGS) console.log(line);
+  }
+  log(message: unknown, context?: unknown) {
+    this.keep('log', message, context);
+  }
+  warn(message: unknown, context?: unknown) {
+    this.keep('warn', message, context);
+  }
+  error(message: unknown, _stack?: unknown, context?: unknown) {
+    this.keep('error', message, context);
+  }
+  debug() {}
+  verbose() {}
 }
 
 /**
@@ -137,6 +160,7 @@ export async function startConsumer(
   options: Partial<IdempotencyModuleOptions> = {},
 ): Promise<ConsumerApp> {
   const probe = new ConsumerProbe();
+  const logs = new CapturedLogs();
   @Module({
     imports: [
       TypeOrmModule.forRoot({ ...dataSourceOptions(schema), retryAttempts: 0 }),
@@ -158,8 +182,8 @@ export async function startConsumer(
       : 'tcp' in transport
         ? { transport: Transport.TCP, options: transport.tcp }
         : { strategy: transport.strategy }),
-    logger: process.env.TEST_CONSUMER_LOGS ? ['log', 'warn', 'error'] : false,
+    logger: logs,
   } as never);
   await app.listen();
-  return { app, probe, close: () => app.close() };
+  return { app, probe, logs: logs.lines, close: () => app.close() };
 }

@@ -91,3 +91,47 @@ export async function createOutboxTable(schema: string, tableName = 'outbox_mess
     await client.end();
   }
 }
+
+/**
+ * The data sources of apps that may fail to start, for `dataSourceFactory`.
+ * A bootstrap that fails leaves no app to close; and Nest rejects as soon as
+ * one provider fails, while the others already under way, a data source
+ * still connecting among them, go on and finish later. So what is tracked is
+ * each opening, not each opened data source: `closeAll()` waits for those
+ * still under way and destroys whatever they opened, and one that starts
+ * after it is destroyed as soon as it is open.
+ */
+export class DataSourceTracker {
+  private readonly openings: Array<Promise<DataSource>> = [];
+  private closed = false;
+
+  /** How many data sources were asked for. */
+  get count(): number {
+    return this.openings.length;
+  }
+
+  /** A `dataSourceFactory` that opens through `open` (default: a plain `initialize()`) and tracks it. */
+  factory(
+    open: (options?: DataSourceOptions) => Promise<DataSource> = (options) => new DataSource(options!).initialize(),
+  ): (options?: DataSourceOptions) => Promise<DataSource> {
+    return (options) => {
+      const opening = open(options).then(async (dataSource) => {
+        if (this.closed) {
+          await dataSource.destroy();
+          throw new Error('DataSourceTracker: opened after closeAll(); destroyed');
+        }
+        return dataSource;
+      });
+      this.openings.push(opening);
+      return opening;
+    };
+  }
+
+  async closeAll(): Promise<void> {
+    this.closed = true;
+    const settled = await Promise.allSettled(this.openings);
+    await Promise.all(
+      settled.map((result) => (result.status === 'fulfilled' && result.value.isInitialized ? result.value.destroy() : undefined)),
+    );
+  }
+}

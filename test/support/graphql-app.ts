@@ -1,4 +1,4 @@
-import { BadRequestException, Module, type INestApplication } from '@nestjs/common';
+import { BadRequestException, Module, type INestApplication, type LoggerService } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { Args, Field, GraphQLModule, ID, InputType, Int, Mutation, ObjectType, Query, Resolver } from '@nestjs/graphql';
@@ -120,6 +120,8 @@ export async function startGraphQLApp(
   adapter: AdapterName,
   schema: string,
   options: Partial<IdempotencyModuleOptions> = {},
+  /** The app's logger; none by default. */
+  logger: LoggerService | false = false,
 ): Promise<GraphQLTestApp> {
   const probe = new ResolverProbe();
   @Module({
@@ -148,8 +150,8 @@ export async function startGraphQLApp(
 
   const app =
     adapter === 'express'
-      ? await NestFactory.create(GraphQLTestModule, new ExpressAdapter(), { logger: false, abortOnError: false })
-      : await NestFactory.create(GraphQLTestModule, new FastifyAdapter(), { logger: false, abortOnError: false });
+      ? await NestFactory.create(GraphQLTestModule, new ExpressAdapter(), { logger, abortOnError: false })
+      : await NestFactory.create(GraphQLTestModule, new FastifyAdapter(), { logger, abortOnError: false });
   app.useGlobalPipes(rejectNegativeAmounts());
   await app.listen(0, '127.0.0.1');
   const url = (await app.getUrl()).replace('[::1]', '127.0.0.1');

@@ -119,6 +119,24 @@ function controllers(probe: Probe) {
       return { label: body.label, attempt: probe.count(body.label) };
     }
 
+    @Post('hung')
+    // A handler that hangs: the heartbeat keeps its key for maxHold, then lets it go.
+    @Idempotent({ lease: 300, maxHold: 900, ttl: '1h' })
+    async hung(@Body() body: { label: string }) {
+      probe.record(body.label);
+      await this.ledger.write('hung', body.label);
+      await sleep(probe.nextDelay(body.label));
+      return { label: body.label, attempt: probe.count(body.label) };
+    }
+
+    @Post('refused-stored')
+    @Idempotent({ onError: 'store' })
+    async refusedStored(@Body() body: { label: string }, @TxManager() manager: EntityManager) {
+      probe.record(body.label);
+      await manager.query('INSERT INTO effects (tenant, label) VALUES ($1, $2)', ['refused-stored', body.label]);
+      return { label: body.label };
+    }
+
     @Post('in-tx')
     @Idempotent({ claimMode: 'request-transaction', wait: '3s' })
     async inTransaction(@Body() body: { label: string; fail?: 'decline' | 'boom' }, @TxManager() manager: EntityManager) {
@@ -128,6 +146,15 @@ function controllers(probe: Probe) {
       if (body.fail === 'decline') throw new HttpException({ message: 'declined' }, 402);
       if (body.fail === 'boom') throw new Error('unexpected failure');
       return { label: body.label, attempt: probe.count(body.label) };
+    }
+
+    @Post('in-tx-own-row')
+    @Idempotent({ claimMode: 'request-transaction' })
+    async inTransactionOwnRow(@Body() body: { label: string }, @TxManager() manager: EntityManager) {
+      const [{ n }] = (await manager.query('SELECT count(*)::int AS n FROM idempotency_keys WHERE key = $1', [
+        `k-${body.label}`,
+      ])) as Array<{ n: number }>;
+      return { rowsSeenByHandler: n };
     }
 
     @Post('in-tx-settings')

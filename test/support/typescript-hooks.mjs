@@ -2,10 +2,28 @@
 // sources, as Jest's ts-jest does for the specs: Node 20 cannot strip types, and a
 // child process of a test should run the sources as they are, not a stale build.
 // Registered by run-typescript.mjs. Transpile only: type-checking is `npm run typecheck`.
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath, URL } from 'node:url';
 import ts from 'typescript';
+
+const ROOT = new URL('../../', import.meta.url);
+const PACKAGE = JSON.parse(readFileSync(new URL('package.json', ROOT), 'utf8'));
+
+/**
+ * The package's own entry points (`nest-idempotency-pg`, `.../client`, ...) as their
+ * sources, read off package.json's `exports` (`./dist/x/index.js` is built from
+ * `src/x/index.ts`), so a program written as a user would write it (the README's
+ * Quick start) runs against the sources from anywhere, as check:docs compiles it.
+ */
+const ENTRY_POINTS = new Map(
+  Object.entries(PACKAGE.exports)
+    .filter(([, target]) => typeof target === 'object' && target.import?.startsWith('./dist/'))
+    .map(([subpath, target]) => [
+      PACKAGE.name + subpath.slice(1),
+      new URL(target.import.replace(/^\.\/dist\//, 'src/').replace(/\.js$/, '.ts'), ROOT).href,
+    ]),
+);
 
 const compilerOptions = {
   module: ts.ModuleKind.ESNext,
@@ -16,6 +34,8 @@ const compilerOptions = {
 };
 
 export async function resolve(specifier, context, nextResolve) {
+  const entryPoint = ENTRY_POINTS.get(specifier);
+  if (entryPoint) return { url: entryPoint, shortCircuit: true };
   // The sources import each other as `./file.js` (what the build emits); on disk it is `./file.ts`.
   if (specifier.startsWith('.') && specifier.endsWith('.js') && context.parentURL?.endsWith('.ts')) {
     const url = new URL(specifier.replace(/\.js$/, '.ts'), context.parentURL);

@@ -1,6 +1,8 @@
 import { Server, type CustomTransportStrategy } from '@nestjs/microservices';
-import type { ConsumerConfig, ConsumerMessages, JetStreamClient, JsMsg } from '@nats-io/jetstream';
+import type { Consumer, ConsumerConfig, ConsumerMessages, JetStreamClient, JsMsg } from '@nats-io/jetstream';
 import type { NatsConnection, NodeConnectionOptions } from '@nats-io/transport-node';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { messages } from '../../errors/messages.js';
 import { JetStreamContext } from './jetstream.context.js';
 
 export interface JetStreamServerOptions {
@@ -19,7 +21,13 @@ export interface JetStreamServerOptions {
    * `filter_subjects`); an existing consumer is used as it is.
    */
   consumer: { name: string; config?: Partial<ConsumerConfig> };
-  /** Messages pulled and handled at once. Default 64. */
+  /**
+   * Handlers running at once: the server pulls a message only when one of
+   * these slots is free, so a backlog waits on the JetStream server (its
+   * `ack_wait` not started) rather than in this process. Keep it at or below
+   * the data source's pool size: each running `@Idempotent()` handler holds a
+   * connection for its transaction. Default 10 (pg's default pool size).
+   */
   maxMessages?: number;
   /**
    * Where a dead-lettered message is republished (headers kept, plus
@@ -28,10 +36,21 @@ export interface JetStreamServerOptions {
    * `` `dead-letter.${subject}` ``.
    */
   deadLetterSubject?: (subject: string) => string;
+  /**
+   * The handler pattern a message is dispatched to, from its subject: for
+   * subjects named per deployment (`staging.refund.requested`, from
+   * configuration) whose handlers are declared with a constant
+   * (`@EventPattern('refund.requested')`). The subject stays the message's
+   * pattern for the idempotency fingerprint. Default: the subject itself.
+   */
+  pattern?: (subject: string) => string;
 }
 
 const DEFAULT_SERVERS = '127.0.0.1:4222';
-const DEFAULT_MAX_MESSAGES = 64;
+const DEFAULT_MAX_MESSAGES = 10;
+/** After a failed pull (NATS unreachable, the consumer deleted) the next waits this long, doubling up to PULL_RETRY_MAX_MS. */
+const PULL_RETRY_MS = 1_000;
+const PULL_RETRY_MAX_MS = 30_000;
 /** A message whose dead-letter copy could not be published is tried again after this, never dropped. */
 const DEAD_LETTER_RETRY_MS = 5_000;
 
@@ -52,12 +71,25 @@ const DEAD_LETTER_RETRY_MS = 5_000;
 export class JetStreamServer extends Server implements CustomTransportStrategy {
   private connection?: NatsConnection;
   private client?: JetStreamClient;
-  private messages?: ConsumerMessages;
   private ackWaitMs = 30_000;
+  private readonly maxMessages: number;
   private readonly inFlight = new Set<Promise<void>>();
+  /** Wakes the pull loop waiting for a free slot. */
+  private slotFreed?: () => void;
+  /** The pull request being served, closed by close() so the loop stops waiting on it. */
+  private batch?: ConsumerMessages;
+  private pulling?: Promise<void>;
+  private closing = false;
+  private readonly closed: Promise<void>;
+  private markClosed!: () => void;
 
   constructor(private readonly options: JetStreamServerOptions) {
     super();
+    this.maxMessages = options.maxMessages ?? DEFAULT_MAX_MESSAGES;
+    if (!Number.isSafeInteger(this.maxMessages) || this.maxMessages < 1) {
+      throw new Error(messages.jetstream.maxMessages(options.maxMessages));
+    }
+    this.closed = new Promise((resolve) => (this.markClosed = resolve));
   }
 
   async listen(callback: (error?: unknown) => void): Promise<void> {
@@ -88,21 +120,55 @@ export class JetStreamServer extends Server implements CustomTransportStrategy {
       );
     this.ackWaitMs = Math.max(1_000, Math.floor(Number(info.config.ack_wait ?? 30_000_000_000) / 1_000_000));
     this.client = jetstream(this.connection);
-    const pull = await this.client.consumers.get(stream.name, consumer.name);
-    this.messages = await pull.consume({ max_messages: this.options.maxMessages ?? DEFAULT_MAX_MESSAGES });
-    void this.pump(this.messages);
+    this.pulling = this.pull(await this.client.consumers.get(stream.name, consumer.name));
   }
 
-  private async pump(messages: ConsumerMessages): Promise<void> {
-    try {
-      for await (const message of messages) {
-        const handled = this.dispatch(message).catch((error: unknown) => this.logger.error(error));
-        this.inFlight.add(handled);
-        void handled.finally(() => this.inFlight.delete(handled));
+  /**
+   * Pulls as many messages as there are free slots, never more, and starts a
+   * handler for each as it arrives. Not `consume()`: it pulls ahead as
+   * messages arrive, not as they are handled, so a backlog would pile up
+   * here, each message's ack_wait running, and every handler of it would
+   * start at once (the bound would be the consumer's `max_ack_pending`). A
+   * pull ends when it is filled or expires; meanwhile the slots it does not
+   * fill stay free for it, so waiting for it loses no capacity.
+   */
+  private async pull(consumer: Consumer): Promise<void> {
+    for (let failures = 0; !this.closing;) {
+      while (this.inFlight.size >= this.maxMessages && !this.closing) {
+        await new Promise<void>((resolve) => (this.slotFreed = resolve));
       }
-    } catch (error) {
-      this.logger.error(error);
+      if (this.closing) return;
+      try {
+        const batch = await consumer.fetch({ max_messages: this.maxMessages - this.inFlight.size });
+        if (this.closing) {
+          await batch.close();
+          return;
+        }
+        this.batch = batch;
+        for await (const message of batch) this.track(this.dispatch(message));
+        failures = 0;
+      } catch (error) {
+        if (this.closing) return;
+        const retryMs = Math.min(PULL_RETRY_MAX_MS, PULL_RETRY_MS * 2 ** failures++);
+        const { stream, consumer: name } = this.options;
+        this.logger.error(
+          messages.jetstream.pullFailed(stream.name, name.name, error instanceof Error ? error.message : String(error), retryMs),
+        );
+        await Promise.race([sleep(retryMs, undefined, { ref: false }), this.closed]);
+      } finally {
+        this.batch = undefined;
+      }
     }
+  }
+
+  private track(dispatch: Promise<void>): void {
+    const handled = dispatch.catch((error: unknown) => this.logger.error(error));
+    this.inFlight.add(handled);
+    void handled.finally(() => {
+      this.inFlight.delete(handled);
+      this.slotFreed?.();
+      this.slotFreed = undefined;
+    });
   }
 
   private async dispatch(message: JsMsg): Promise<void> {
@@ -123,7 +189,7 @@ export class JetStreamServer extends Server implements CustomTransportStrategy {
         await this.deadLetter(message, reason);
       },
     });
-    const handler = this.getHandlerByPattern(message.subject);
+    const handler = this.getHandlerByPattern(this.options.pattern?.(message.subject) ?? message.subject);
     if (!handler) {
       this.logger.warn(`JetStreamServer: no handler for subject ${message.subject}; the message is dead-lettered.`);
       return context.deadLetter('no handler for its subject');
@@ -176,8 +242,13 @@ export class JetStreamServer extends Server implements CustomTransportStrategy {
     }
   }
 
+  /** Stops pulling, waits for the handlers running, then drains the connection. */
   async close(): Promise<void> {
-    await this.messages?.close();
+    this.closing = true;
+    this.markClosed();
+    this.slotFreed?.();
+    await this.batch?.close();
+    await this.pulling;
     await Promise.allSettled([...this.inFlight]);
     await this.connection?.drain().catch(() => undefined);
   }

@@ -1,5 +1,4 @@
 import { Body, Controller, Headers, Module, Post } from '@nestjs/common';
-import { ScheduleModule } from '@nestjs/schedule';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import {
   CreateIdempotencyKeys1764460800000,
@@ -56,9 +55,10 @@ export class OrdersController {
       }),
       dataSourceFactory: migratingDataSourceFactory(),
     }),
-    ScheduleModule.forRoot(),
     IdempotencyModule.forRoot({
       tenant: (ctx) => ctx.switchToHttp().getRequest<{ headers: Record<string, string> }>().headers['x-tenant'],
+      // The scheduled sweeper needs @nestjs/schedule, an optional peer this app does not install.
+      sweep: false,
     }),
   ],
   controllers: [OrdersController],

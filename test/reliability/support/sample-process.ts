@@ -32,6 +32,12 @@ export interface SampleProcessOptions {
   entry?: string;
   /** How long to wait for `/health` (default 45 s); more when `entry` compiles first. */
   healthTimeoutMs?: number;
+  /**
+   * `false`: resolve once spawned, without waiting for `/health`, for a
+   * process that may die before it serves (a consumer that a poison message
+   * kills as soon as it connects to the broker). Default true.
+   */
+  waitForHealth?: boolean;
 }
 
 /** Every child any scenario started, so none outlives the Jest worker even if a test's cleanup never runs. */
@@ -104,6 +110,7 @@ export class SampleProcess {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     const sample = new SampleProcess(options.name, options.adapter, port, child);
+    if (options.waitForHealth === false) return sample;
     try {
       await sample.waitHealthy(options.healthTimeoutMs);
     } catch (error) {
@@ -119,6 +126,16 @@ export class SampleProcess {
 
   get alive(): boolean {
     return this.exitInfo === undefined;
+  }
+
+  /** How it ended, once it has. */
+  get exit(): ExitInfo | undefined {
+    return this.exitInfo;
+  }
+
+  /** Whether it printed a line matching `pattern` (among the last lines kept). */
+  printed(pattern: RegExp): boolean {
+    return this.output.some((line) => pattern.test(line));
   }
 
   /** Polls `/health` until 200, failing early (with the process's output) if it exits. */

@@ -43,6 +43,96 @@ export type ClaimResult =
   | { state: 'completed'; response: StoredResponse }
   | { state: 'mismatch' };
 
+/** How an attempt claims its key: committed alone before the work's transaction, or as that transaction's first statement. */
+export type ClaimMode = 'separate' | 'request-transaction';
+
+/**
+ * An attempt between its claim and its end: the work's open transaction, which
+ * ends exactly once, by `commit` or by `rollback(false)`.
+ */
+export interface OpenAttempt<Tx> {
+  /** The work's transaction. */
+  readonly tx: Tx;
+  /**
+   * Completes the key with `response`, fenced by the owner token, and commits
+   * the transaction with it (in one round trip where the store can).
+   *
+   * @returns false when the fence failed (the key is no longer this
+   *   attempt's): the transaction was rolled back, nothing committed
+   * @throws the database's error when it refused the completion or the COMMIT
+   *   (nothing committed), or a connection error (the outcome is unknown)
+   */
+  commit(response: StoredResponse, ttlMs: number): Promise<boolean>;
+  /**
+   * Undoes the work's writes. With `keepClaim`, a store whose claim is a
+   * statement of this transaction (claim mode `request-transaction`) may keep
+   * the claim and its row lock, and the transaction open, so that `commit`
+   * can then store a failure's response with no moment at which a waiting
+   * duplicate finds the key free.
+   *
+   * @returns true when the transaction is still open with the claim in it
+   *   (end it with `commit` or `rollback(false)`); false when it has ended
+   */
+  rollback(keepClaim: boolean): Promise<boolean>;
+}
+
+/** What `begin` found: the key's state, and the open attempt when the claim is this attempt's. */
+export type Begun<Tx> =
+  | { claim: Extract<ClaimResult, { state: 'claimed' }>; attempt: OpenAttempt<Tx> }
+  | { claim: Exclude<ClaimResult, { state: 'claimed' }>; attempt?: undefined };
+
+/**
+ * An attempt on top of a store's callback-style `transaction`: the callback
+ * is held open until the attempt ends.
+ */
+function openAttempt<Tx>(store: IdempotencyStore<Tx>, ref: ClaimRef): Promise<OpenAttempt<Tx>> {
+  return new Promise((opened, failedToOpen) => {
+    let isOpen = false;
+    const ended = store
+      .transaction(
+        (tx) =>
+          new Promise<void>((commitNow, rollBackNow) => {
+            isOpen = true;
+            let finished = false;
+            const end = async (commit: boolean) => {
+              if (finished) return;
+              finished = true;
+              if (commit) commitNow();
+              else rollBackNow(ROLLED_BACK);
+              await ended;
+            };
+            opened({
+              tx,
+              async commit(response, ttlMs) {
+                let completed: boolean;
+                try {
+                  completed = await store.complete(ref, response, ttlMs, tx);
+                } catch (error) {
+                  await end(false).catch(() => undefined);
+                  throw error;
+                }
+                await end(completed);
+                return completed;
+              },
+              async rollback() {
+                await end(false);
+                return false;
+              },
+            });
+          }),
+      )
+      .catch((error: unknown) => {
+        if (error !== ROLLED_BACK) throw error;
+      });
+    ended.catch((error: unknown) => {
+      if (!isOpen) failedToOpen(error);
+    });
+  });
+}
+
+/** What an attempt's held-open transaction callback rejects with to roll back. */
+const ROLLED_BACK = Symbol('rolled back');
+
 export interface SweepOptions {
   batchSize: number;
   maxDurationMs: number;
@@ -95,6 +185,43 @@ export abstract class IdempotencyStore<Tx = unknown> {
 
   /** Runs `work` in one database transaction; commits if it resolves, rolls back if it throws. */
   abstract transaction<T>(work: (tx: Tx) => Promise<T>): Promise<T>;
+
+  /**
+   * Claims the key and, when the claim is this attempt's, opens the work's
+   * transaction: the start of one attempt (see `OpenAttempt` for its end).
+   * With `'separate'` the claim commits on its own before the transaction
+   * opens; with `'request-transaction'` it is the transaction's first
+   * statement, and a concurrent claim of the same key waits on it at most
+   * `lockTimeoutMs`, then reads as in flight.
+   *
+   * This default makes one call of `claim` and opens the transaction with
+   * `transaction`; a store can do both in fewer round trips (the PostgreSQL
+   * store sends the claim, its COMMIT and the BEGIN as one message).
+   */
+  async begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs = 0): Promise<Begun<Tx>> {
+    if (mode === 'separate') {
+      const claim = await this.claim(request);
+      if (claim.state !== 'claimed') return { claim };
+      try {
+        return { claim, attempt: await openAttempt(this, request) };
+      } catch (error) {
+        // BEGIN failed, so the work never ran: give the claim back, so a retry need not wait out the lease.
+        await this.release(request).catch(() => false);
+        throw error;
+      }
+    }
+    const attempt = await openAttempt(this, request);
+    let claim: ClaimResult;
+    try {
+      claim = await this.claim(request, attempt.tx, lockTimeoutMs);
+    } catch (error) {
+      await attempt.rollback(false).catch(() => undefined);
+      throw error;
+    }
+    if (claim.state === 'claimed') return { claim, attempt };
+    await attempt.rollback(false);
+    return { claim };
+  }
 
   /**
    * Marks the key completed with `response`, only if `ref.ownerToken` still

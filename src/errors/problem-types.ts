@@ -1,0 +1,22 @@
+/**
+ * The module's problem type URIs (RFC 9457 `type`), stable and documented in
+ * docs/errors.md. Apart from problems.ts, with no import at all, so the
+ * client (which has no Nest) recognises the module's answers by the same
+ * constants the server sends.
+ */
+export const PROBLEM_TYPE_BASE = 'urn:nest-idempotency:problem:';
+
+export const ProblemType = {
+  missingKey: `${PROBLEM_TYPE_BASE}missing-key`,
+  invalidKey: `${PROBLEM_TYPE_BASE}invalid-key`,
+  conflict: `${PROBLEM_TYPE_BASE}conflict`,
+  mismatch: `${PROBLEM_TYPE_BASE}mismatch`,
+  leaseLost: `${PROBLEM_TYPE_BASE}lease-lost`,
+  unavailable: `${PROBLEM_TYPE_BASE}store-unavailable`,
+  tenantUnresolved: `${PROBLEM_TYPE_BASE}tenant-unresolved`,
+  unreplayable: `${PROBLEM_TYPE_BASE}unreplayable-response`,
+  responseTooLarge: `${PROBLEM_TYPE_BASE}response-too-large`,
+  unrepresentableBody: `${PROBLEM_TYPE_BASE}unrepresentable-body`,
+  storeFailed: `${PROBLEM_TYPE_BASE}store-error`,
+  commitRefused: `${PROBLEM_TYPE_BASE}commit-refused`,
+} as const;

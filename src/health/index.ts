@@ -1,0 +1,16 @@
+/**
+ * `nest-idempotency-pg/health`: the Terminus health indicator. `@nestjs/terminus`
+ * is an optional peer, loaded only by `isHealthy()`; `report()` works without it.
+ */
+export { IdempotencyHealthModule } from './idempotency-health.module.js';
+export {
+  HEALTH_PROBE_TENANT,
+  IdempotencyHealthIndicator,
+  type IdempotencyHealthOptions,
+  type IdempotencyHealthReport,
+  type IdempotencyHealthResult,
+  type IdempotencyHealthStatus,
+  type OutboxHealth,
+  type StoreHealth,
+  type SweeperHealth,
+} from './idempotency-health.indicator.js';
