@@ -15,6 +15,8 @@ export const DEFAULT_LEDGER_TABLE_NAME = 'effect_ledger';
 /** Deliveries of a failing message before it is dead-lettered. */
 export const DEFAULT_MAX_DELIVERIES = 5;
 export const DEFAULT_UNAVAILABLE_RETRY_AFTER_S = 5;
+/** Longest response body held and stored per request, in bytes (1 MiB). */
+export const DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024;
 export const DEFAULT_SWEEP_INTERVAL_MS = 60_000;
 export const DEFAULT_SWEEP_BATCH_SIZE = 250;
 export const DEFAULT_SWEEP_MAX_DURATION_MS = 10_000;

@@ -17,8 +17,9 @@ import { messages } from './errors/messages.js';
 import { IdempotencyProblemException, problemResponse, problems } from './errors/problems.js';
 import { fingerprintInput, headerValues, serverResponse, type HttpRequest } from './http/request-identity.js';
 import { IdempotentRoutes, type RouteSettings } from './http/route-settings.js';
-import { describeUnreplayable, UnreplayableResponseError } from './http/unreplayable.js';
-import { ResponseNotSentError, WireCapture } from './http/wire-capture.js';
+import { captureResponse } from './http/capture.js';
+import { ResponseNotSentError } from './http/response-capture.js';
+import { describeUnreplayable, ResponseTooLargeError, UnreplayableResponseError } from './http/unreplayable.js';
 import { IDEMPOTENCY_OPTIONS, REPLAYED_HEADER } from './idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from './idempotency.options.js';
 import { problemForOutcome, resolveTenant, runHandler } from './entry-point.js';
@@ -44,9 +45,10 @@ class FailedAfterHandlerError extends Error {
 /**
  * The HTTP face of the engine: reads the key, tenant and fingerprint, runs
  * the handler through `IdempotencyService`, and lets the response go once
- * its outcome is committed. The response is taken where the platform writes
- * it (`WireCapture`), after every interceptor, serializer and exception
- * filter of the app, so what is stored and replayed is what the client got.
+ * its outcome is committed. The response is taken where the platform sends
+ * it (`captureResponse`), after every interceptor, serializer and exception
+ * filter of the app and before content encoding, so what is stored and
+ * replayed is what the client got.
  */
 @Injectable()
 export class IdempotencyInterceptor implements NestInterceptor {
@@ -88,7 +90,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
     subscriber: Subscriber<unknown>,
   ): Promise<void> {
     const response = serverResponse(context.switchToHttp().getResponse());
-    const wire = WireCapture.attach(response, this.options.replayHeaders);
+    const wire = captureResponse(context.switchToHttp().getResponse(), {
+      replayHeaders: this.options.replayHeaders,
+      maxBytes: route.options.maxResponseBytes,
+    });
     const out = new Outlet(subscriber);
     let key = '';
     const refuse = (problem: IdempotencyProblemException) => {
@@ -134,6 +139,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
             out.fail(error);
             const sent =
               error instanceof FailedAfterHandlerError ? error.response : await wire.sent(responseWaitMs).catch(() => null);
+            // An error rendered too large to store is refused like a success would be: nothing stored, the key free.
+            if (wire.refusal) return { action: 'release' };
             if (!sent) return { action: 'keep' };
             return { definite: isDefinite(error, sent.status), response: async () => sent };
           },
@@ -155,7 +162,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
         wire.release();
       }
     } catch (error) {
-      const problem = this.problemFor(error, route.name, key);
+      const problem =
+        this.problemFor(error, route.name, key) ?? (wire.refusal ? this.problemFor(wire.refusal, route.name, key) : undefined);
       if (problem) return refuse(problem);
       if (out.emittedValue) {
         // The store failed after the handler's success was handed on: that success never committed, so it must not go out.
@@ -169,6 +177,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
   /** The module's own answer to an outcome of the engine, or undefined when the error is the app's. */
   private problemFor(error: unknown, routeName: string, key: string): IdempotencyProblemException | undefined {
+    if (error instanceof ResponseTooLargeError) {
+      this.logger.error(messages.log.responseTooLarge(routeName, error.maxBytes));
+      return problems.responseTooLarge(routeName, error.maxBytes, error);
+    }
     if (error instanceof UnreplayableResponseError) {
       this.logger.error(messages.config.unreplayableRoute(routeName, error.message));
       return problems.unreplayable(error);

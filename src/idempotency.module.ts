@@ -10,6 +10,7 @@ import {
   IDEMPOTENCY_OBSERVER,
   IDEMPOTENCY_OPTIONS,
 } from './idempotency.constants.js';
+import { FastifyCaptureHook } from './http/fastify-capture.js';
 import { IdempotentRoutes } from './http/route-settings.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import {
@@ -133,6 +134,8 @@ export class IdempotencyModule extends ConfigurableModuleClass {
       Outbox,
       OutboxRelay,
       IdempotentRoutes,
+      // Under Fastify, the onSend hook where idempotent replies are held (see FastifyReplyCapture).
+      FastifyCaptureHook,
       IdempotencyInterceptor,
       IdempotentMessageInterceptor,
       IdempotentResolverInterceptor,

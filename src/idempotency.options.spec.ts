@@ -76,6 +76,23 @@ describe('resolveIdempotencyOptions', () => {
     });
   });
 
+  it('bounds a stored response at 1 MiB unless the module or the route says otherwise', () => {
+    expect(resolveIdempotencyOptions({ tenant }).maxResponseBytes).toBe(1_048_576);
+    const module = resolveIdempotencyOptions({ tenant, maxResponseBytes: 64 * 1024 });
+    expect(module.maxResponseBytes).toBe(65_536);
+    expect(resolveRouteOptions({}, module, 'route').maxResponseBytes).toBe(65_536);
+    expect(resolveRouteOptions({ maxResponseBytes: 10 * 1024 * 1024 }, module, 'route').maxResponseBytes).toBe(10_485_760);
+  });
+
+  it.each([0, -1, 1.5, '1mb', Number.POSITIVE_INFINITY])('refuses maxResponseBytes: %p, naming the option', (value) => {
+    expect(() => resolveIdempotencyOptions({ tenant, maxResponseBytes: value as number })).toThrow(
+      /^IdempotencyModule: maxResponseBytes must be a whole number of bytes/,
+    );
+    expect(() => resolveRouteOptions({ maxResponseBytes: value as number }, undefined, '@Idempotent() on A.b')).toThrow(
+      /@Idempotent\(\) on A\.b: maxResponseBytes/,
+    );
+  });
+
   it('refuses an empty data source name when the module is defined', async () => {
     const { IdempotencyModule } = await import('./idempotency.module.js');
     expect(() => IdempotencyModule.forRoot({ tenant, dataSource: '' })).toThrow(/`dataSource` must be the non-empty name/);

@@ -7,6 +7,7 @@ import {
   DEFAULT_LEDGER_TABLE_NAME,
   DEFAULT_MAX_DELIVERIES,
   DEFAULT_MAX_KEY_LENGTH,
+  DEFAULT_MAX_RESPONSE_BYTES,
   DEFAULT_REPLAY_HEADERS,
   DEFAULT_SWEEP_BATCH_SIZE,
   DEFAULT_SWEEP_DUTY_CYCLE,
@@ -177,6 +178,14 @@ export interface IdempotencyRouteOptions {
    * before the message is dead-lettered instead of redelivered. Default 5.
    */
   maxDeliveries?: number;
+  /**
+   * HTTP routes: the longest response body, in bytes, that is held until the
+   * commit and stored for replays. A longer response is refused like a
+   * stream: its work rolls back, the key is released and the client gets a
+   * 500 `response-too-large` problem, so a retry is safe and no request holds
+   * more than this in memory. Default 1 MiB (1048576).
+   */
+  maxResponseBytes?: number;
 }
 
 /** The effect ledger (see `EffectLedger`): business keys recorded once, forever. */
@@ -237,6 +246,7 @@ export interface ResolvedRouteOptions {
   phases: boolean;
   key?: string | KeyExtractor;
   maxDeliveries: number;
+  maxResponseBytes: number;
   /** Undefined: ten of the route's leases. */
   maxHoldMs?: number;
 }
@@ -404,6 +414,10 @@ export function resolveRouteOptions(
     options.maxDeliveries ?? defaults?.maxDeliveries ?? DEFAULT_MAX_DELIVERIES,
     `${where}: maxDeliveries`,
   );
+  const maxResponseBytes = options.maxResponseBytes ?? defaults?.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
+  if (!Number.isSafeInteger(maxResponseBytes) || maxResponseBytes < 1) {
+    throw new IdempotencyConfigurationError(messages.config.maxResponseBytes(where, maxResponseBytes));
+  }
   const maxHoldMs = options.maxHold === undefined ? defaults?.maxHoldMs : toMs(options.maxHold, `${where}: maxHold`);
   if (maxHoldMs !== undefined && maxHoldMs < leaseMs) {
     throw new IdempotencyConfigurationError(messages.config.maxHold(where, maxHoldMs, leaseMs));
@@ -419,6 +433,7 @@ export function resolveRouteOptions(
     phases,
     key,
     maxDeliveries,
+    maxResponseBytes,
     waitMs,
     heartbeat,
     claimMode,

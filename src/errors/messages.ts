@@ -37,6 +37,9 @@ export const messages = {
     duration: (name: string, value: unknown) =>
       `${name} must be a positive whole number of milliseconds or a duration string with its unit such as '30s', '500ms' or '24h', got ${JSON.stringify(value)}.`,
     boolean: (name: string) => `${name} must be true or false.`,
+    maxResponseBytes: (where: string, value: unknown) =>
+      `${where}: maxResponseBytes must be a whole number of bytes, 1 or more (the default is 1048576, 1 MiB), got ` +
+      `${typeof value === 'string' ? JSON.stringify(value) : String(value)}.`,
     claimMode: (where: string, value: unknown) =>
       `${where}: claimMode must be 'separate' or 'request-transaction', got ${JSON.stringify(value)}.`,
     phasesInRequestTransaction: (where: string) =>
@@ -105,6 +108,9 @@ export const messages = {
       'transaction), so none of its changes took effect.',
     unrepresentableBody: (reason: string) =>
       `The request cannot be checked against its idempotency key: ${reason}. Nothing was processed; fix the body and retry.`,
+    responseTooLarge: (route: string, maxBytes: number) =>
+      `The response of ${route} is larger than its maxResponseBytes (${maxBytes} bytes), so it cannot be stored for retries. ` +
+      'Nothing was processed: the request was rolled back and its idempotency key released.',
   },
   log: {
     tenantUnresolved: (route: string) =>
@@ -122,6 +128,14 @@ export const messages = {
       `The database refused to commit ${route} after the handler returned (SQLSTATE ${code}); none of its writes took ` +
       'effect, and the request was answered 500 and classified by the route onError policy.',
     leaseLost: (route: string, key: string) => `Lease on key ${key} was lost for ${route}; the attempt was rolled back.`,
+    responseTooLarge: (route: string, maxBytes: number) =>
+      `@Idempotent() route ${route} answered with more than its maxResponseBytes (${maxBytes} bytes). The response was ` +
+      'neither held nor stored: the work rolled back, the key was released and the client got a 500 problem. Raise ' +
+      '`maxResponseBytes` on the route (@Idempotent({ maxResponseBytes })) or the module, or make the response smaller.',
+  },
+  /** What the response capture reports about a response it cannot hold. */
+  capture: {
+    responseTooLarge: (maxBytes: number) => `The response is larger than maxResponseBytes (${maxBytes} bytes).`,
   },
   /** The outbox relay's errors and logs; they name a message by id and topic, never by payload. */
   outbox: {

@@ -15,6 +15,7 @@ export const ProblemType = {
   unavailable: `${PROBLEM_TYPE_BASE}store-unavailable`,
   tenantUnresolved: `${PROBLEM_TYPE_BASE}tenant-unresolved`,
   unreplayable: `${PROBLEM_TYPE_BASE}unreplayable-response`,
+  responseTooLarge: `${PROBLEM_TYPE_BASE}response-too-large`,
   unrepresentableBody: `${PROBLEM_TYPE_BASE}unrepresentable-body`,
   storeFailed: `${PROBLEM_TYPE_BASE}store-error`,
   commitRefused: `${PROBLEM_TYPE_BASE}commit-refused`,

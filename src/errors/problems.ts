@@ -121,6 +121,17 @@ export const problems = {
         messages.problems.commitRefused,
       ),
     ),
+  responseTooLarge: (route: string, maxBytes: number, cause: unknown) =>
+    new IdempotencyProblemException(
+      problem(
+        ProblemType.responseTooLarge,
+        'Response too large to store',
+        HttpStatus.INTERNAL_SERVER_ERROR,
+        messages.problems.responseTooLarge(route, maxBytes),
+      ),
+      undefined,
+      { cause },
+    ),
   unreplayable: (cause: unknown) =>
     new IdempotencyProblemException(
       problem(

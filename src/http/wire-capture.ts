@@ -1,51 +1,51 @@
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { StoredResponse } from '../core/idempotency-store.js';
-
-/** Raised when the application has not sent a response within the time the capture waits for one. */
-export class ResponseNotSentError extends Error {
-  constructor(waitedMs: number) {
-    super(`The application sent no response within ${waitedMs} ms of the handler finishing.`);
-    this.name = 'ResponseNotSentError';
-  }
-}
+import {
+  groupHeaders,
+  hasBody,
+  headersReplacedBy,
+  ResponseNotSentError,
+  storedHeaderNames,
+  storedPairs,
+  type CaptureSettings,
+  type ExtraHeaders,
+  type ResponseCapture,
+} from './response-capture.js';
+import { ResponseTooLargeError } from './unreplayable.js';
 
 type Call = unknown[];
 type WireMethods = Pick<ServerResponse, 'writeHead' | 'write' | 'end'>;
 const WIRE_METHODS = ['writeHead', 'write', 'end'] as const;
 
 /**
- * Headers a replacement response takes from the stored one, so none of the
- * response it replaces survive: the body's own headers, and the ones the
- * module stores.
- */
-const BODY_HEADERS = ['content-type', 'content-length', 'content-encoding', 'etag', 'location', 'content-location'];
-
-/**
- * Holds one HTTP response at the point where the platform writes it to the
- * socket, after every interceptor, serializer and exception filter of the
- * application has had its say. What is held there is exactly what the client
- * would receive, so it is what gets stored; nothing reaches the client until
- * the key's outcome is committed, and then either those bytes go out
- * untouched (`release`) or other ones instead (`replace`: a replay, or the
- * module's own problem answer).
+ * Holds one HTTP response at the point where the application writes it to
+ * Node's `ServerResponse` (Express's response): after every interceptor,
+ * serializer and exception filter, and before the app's middleware that
+ * wrapped `write`/`end` earlier in the request (`compression`, a digest, the
+ * session's cookie on `writeHead`). Released or replaced, the bytes go
+ * through that middleware as any other answer does, so each answer is
+ * encoded for its own request and carries the app's cookies.
  *
- * It works on Node's `ServerResponse` (Express's response, Fastify's
- * `reply.raw`), by wrapping `writeHead`, `write` and `end` on that one
- * object, so both adapters behave alike.
+ * It wraps `writeHead`, `write` and `end` on that one object. Under Fastify
+ * it only guards `reply.raw` (see `FastifyReplyCapture`).
  */
-export class WireCapture {
+export class WireCapture implements ResponseCapture {
   private readonly original: Partial<Record<keyof WireMethods, { own: boolean; value: unknown }>> = {};
+  private readonly stored: ReadonlySet<string>;
   private writeHeadCall?: Call;
-  private readonly writes: Call[] = [];
+  private writes: Call[] = [];
+  private heldBytes = 0;
   private endCall?: Call;
-  private replacement?: { response: StoredResponse; headers: Array<[string, string]> };
+  private replacement?: { response: StoredResponse; headers: ExtraHeaders };
   private settled = false;
-  private onEnd?: () => void;
+  private listeners: Array<() => void> = [];
+  refusal?: Error;
 
   private constructor(
     private readonly res: ServerResponse,
-    private readonly storedHeaders: ReadonlySet<string>,
+    private readonly settings: CaptureSettings,
   ) {
+    this.stored = storedHeaderNames(settings.replayHeaders);
     for (const name of WIRE_METHODS) {
       this.original[name] = { own: Object.prototype.hasOwnProperty.call(res, name), value: res[name] };
     }
@@ -54,71 +54,95 @@ export class WireCapture {
       return res;
     }) as ServerResponse['writeHead'];
     res.write = ((...args: Call) => {
-      this.writes.push(args);
+      this.hold(args, false);
       const callback = args.find((arg) => typeof arg === 'function') as (() => void) | undefined;
       if (callback) process.nextTick(callback);
       return true;
     }) as ServerResponse['write'];
     res.end = ((...args: Call) => {
-      this.endCall = args;
+      this.hold(args, true);
       if (this.replacement) this.send(this.replacement);
-      else this.onEnd?.();
+      else this.notify();
       return res;
     }) as ServerResponse['end'];
   }
 
-  /**
-   * Starts holding `res`. `storedHeaders` are the lower-case names of the
-   * response headers that are stored (the replay allowlist).
-   */
-  static attach(res: ServerResponse, storedHeaders: ReadonlySet<string>): WireCapture {
-    return new WireCapture(res, storedHeaders);
+  /** Starts holding `res`. */
+  static attach(res: ServerResponse, settings: CaptureSettings): WireCapture {
+    return new WireCapture(res, settings);
   }
 
-  /**
-   * Resolves with the response as the application sent it, once it has
-   * (still held). Rejects with `ResponseNotSentError` after `timeoutMs`, and
-   * then lets whatever comes later pass untouched.
-   */
   sent(timeoutMs: number): Promise<StoredResponse> {
+    if (this.refusal) return Promise.reject(this.refusal);
     if (this.endCall) return Promise.resolve(this.snapshot());
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
-        this.onEnd = undefined;
+        this.listeners = [];
         this.release();
         reject(new ResponseNotSentError(timeoutMs));
       }, timeoutMs);
-      this.onEnd = () => {
+      this.onceSent(() => {
         clearTimeout(timer);
-        this.onEnd = undefined;
-        resolve(this.snapshot());
-      };
+        if (this.refusal) reject(this.refusal);
+        else resolve(this.snapshot());
+      });
     });
   }
 
-  /** Lets the held response go out as the application wrote it; anything written later passes straight through. */
+  /** Calls `listener` once the application has ended the response, or it was refused (see `sent`). */
+  onceSent(listener: () => void): void {
+    if (this.endCall || this.refusal) listener();
+    else this.listeners.push(listener);
+  }
+
+  /** The held response as the application sent it, once it has; undefined before, or when it was refused. */
+  heldResponse(): StoredResponse | undefined {
+    return this.endCall && !this.refusal ? this.snapshot() : undefined;
+  }
+
   release(): void {
     if (this.settled) return;
     this.settled = true;
     this.restore();
+    // A refused response was dropped as it came: the interceptor replaces it with a problem instead of releasing it.
     if (this.writeHeadCall) (this.res.writeHead as (...args: Call) => unknown)(...this.writeHeadCall);
     for (const call of this.writes) (this.res.write as (...args: Call) => unknown)(...call);
     if (this.endCall) (this.res.end as (...args: Call) => unknown)(...this.endCall);
   }
 
-  /**
-   * Sends `response` instead of what the application writes: now if it has
-   * written already, else as soon as it does. `headers` are added (e.g.
-   * `Idempotent-Replayed`). Headers the application set that are not about
-   * the body (a request id, CORS) are kept, as they would be on any answer.
-   */
-  replace(response: StoredResponse, headers: Array<[string, string]> = []): void {
+  replace(response: StoredResponse, headers: ExtraHeaders = []): void {
     if (this.settled) return;
     this.replacement = { response, headers };
     if (this.endCall) this.send(this.replacement);
   }
 
-  private send({ response, headers }: { response: StoredResponse; headers: Array<[string, string]> }): void {
+  /**
+   * Keeps a call of `write` or `end`, counting its bytes; past the limit the
+   * response is refused and nothing more of it is kept.
+   */
+  private hold(args: Call, end: boolean): void {
+    const size = chunkLength(args[0], args[1]);
+    if (!this.refusal && size > 0 && this.heldBytes + size > this.settings.maxBytes) {
+      this.refusal = new ResponseTooLargeError(this.settings.maxBytes);
+      this.writes = [];
+      this.notify();
+    }
+    if (this.refusal) {
+      if (end) this.endCall = [];
+      return;
+    }
+    this.heldBytes += size;
+    if (end) this.endCall = args;
+    else this.writes.push(args);
+  }
+
+  private notify(): void {
+    const listeners = this.listeners;
+    this.listeners = [];
+    for (const listener of listeners) listener();
+  }
+
+  private send({ response, headers }: { response: StoredResponse; headers: ExtraHeaders }): void {
     if (this.settled) return;
     this.settled = true;
     this.restore();
@@ -129,8 +153,8 @@ export class WireCapture {
       return;
     }
     for (const [name, value] of headerEntries(this.writeHeadCall)) res.setHeader(name, value);
-    for (const name of [...BODY_HEADERS, ...this.storedHeaders]) res.removeHeader(name);
-    for (const [name, value] of [...response.headers, ...headers]) res.setHeader(name, value);
+    for (const name of headersReplacedBy(this.stored)) res.removeHeader(name);
+    for (const [name, value] of groupHeaders([...response.headers, ...headers])) res.setHeader(name, value);
     res.statusCode = response.status;
     const body = response.body;
     if (body && body.length > 0 && hasBody(response.status)) {
@@ -144,19 +168,18 @@ export class WireCapture {
   /** The held response: status, the stored headers as they stand, and the body bytes. */
   private snapshot(): StoredResponse {
     const status = typeof this.writeHeadCall?.[0] === 'number' ? this.writeHeadCall[0] : this.res.statusCode;
-    const all = new Map<string, string>();
-    for (const [name, value] of Object.entries(this.res.getHeaders())) all.set(name, headerValue(value));
-    for (const [name, value] of headerEntries(this.writeHeadCall)) all.set(name.toLowerCase(), value);
-    const headers: Array<[string, string]> = [];
-    for (const name of this.storedHeaders) {
-      const value = all.get(name);
-      if (value !== undefined && value !== '') headers.push([name, value]);
-    }
+    // Headers given to writeHead win over those set before, as Node merges them.
+    const all = new Map<string, unknown>(Object.entries(this.res.getHeaders()));
+    for (const [name, value] of headerEntries(this.writeHeadCall)) all.set(name, value);
     const chunks = [...this.writes, ...(this.endCall ? [this.endCall] : [])]
       .map((call) => toBuffer(call[0], call[1]))
       .filter((chunk): chunk is Buffer => chunk !== undefined);
     const body = chunks.length === 0 ? null : Buffer.concat(chunks);
-    return { status, headers, body: body && body.length === 0 && !hasBody(status) ? null : body };
+    return {
+      status,
+      headers: storedPairs(all, this.stored),
+      body: body && body.length === 0 && !hasBody(status) ? null : body,
+    };
   }
 
   private restore(): void {
@@ -169,27 +192,41 @@ export class WireCapture {
   }
 }
 
-/** The headers given to a held `writeHead(status, [message], [headers])` call, as name/value pairs. */
-function headerEntries(call: Call | undefined): Array<[string, string]> {
-  if (!call) return [];
+/**
+ * The headers given to a held `writeHead(status, [message], [headers])` call,
+ * a header given several times as one array of its values (never joined).
+ */
+function headerEntries(call: Call | undefined): Map<string, string | string[]> {
+  const entries = new Map<string, string | string[]>();
+  if (!call) return entries;
   const headers = (typeof call[1] === 'string' ? call[2] : call[1]) as OutgoingHttpHeaders | unknown[] | undefined;
-  if (!headers) return [];
+  if (!headers) return entries;
+  const add = (name: unknown, value: unknown) => {
+    if (value === undefined) return;
+    const lower = String(name).toLowerCase();
+    const values = (Array.isArray(value) ? value : [value]).map(String);
+    const current = entries.get(lower);
+    const merged = current === undefined ? values : [...(Array.isArray(current) ? current : [current]), ...values];
+    entries.set(lower, merged.length === 1 ? merged[0] : merged);
+  };
   if (Array.isArray(headers)) {
     // Either [[name, value], ...] or a flat [name, value, name, value].
     if (headers.every((entry) => Array.isArray(entry))) {
-      return (headers as Array<[string, unknown]>).map(([n, v]) => [String(n).toLowerCase(), headerValue(v)]);
+      for (const [name, value] of headers as Array<[unknown, unknown]>) add(name, value);
+    } else {
+      for (let i = 0; i + 1 < headers.length; i += 2) add(headers[i], headers[i + 1]);
     }
-    const pairs: Array<[string, string]> = [];
-    for (let i = 0; i + 1 < headers.length; i += 2) pairs.push([String(headers[i]).toLowerCase(), headerValue(headers[i + 1])]);
-    return pairs;
+    return entries;
   }
-  return Object.entries(headers)
-    .filter(([, value]) => value !== undefined)
-    .map(([name, value]) => [name.toLowerCase(), headerValue(value)]);
+  for (const [name, value] of Object.entries(headers)) add(name, value);
+  return entries;
 }
 
-function headerValue(value: unknown): string {
-  return Array.isArray(value) ? value.map(String).join(', ') : String(value);
+function chunkLength(chunk: unknown, encoding: unknown): number {
+  if (typeof chunk === 'string')
+    return Buffer.byteLength(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8');
+  if (chunk instanceof Uint8Array) return chunk.byteLength;
+  return 0;
 }
 
 function toBuffer(chunk: unknown, encoding: unknown): Buffer | undefined {
@@ -197,9 +234,4 @@ function toBuffer(chunk: unknown, encoding: unknown): Buffer | undefined {
   if (typeof chunk === 'string') return Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8');
   if (chunk instanceof Uint8Array) return Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
   return undefined;
-}
-
-/** Statuses that never carry a body (RFC 9110). */
-function hasBody(status: number): boolean {
-  return !(status === 204 || status === 304 || (status >= 100 && status < 200));
 }

@@ -1,0 +1,273 @@
+import type { ServerResponse } from 'node:http';
+import { Injectable, type OnModuleInit } from '@nestjs/common';
+import { HttpAdapterHost } from '@nestjs/core';
+import type { StoredResponse } from '../core/idempotency-store.js';
+import {
+  groupHeaders,
+  hasBody,
+  headersReplacedBy,
+  ResponseNotSentError,
+  storedHeaderNames,
+  storedPairs,
+  type CaptureSettings,
+  type ExtraHeaders,
+  type ResponseCapture,
+} from './response-capture.js';
+import { ResponseTooLargeError, UnreplayableResponseError } from './unreplayable.js';
+import { WireCapture } from './wire-capture.js';
+
+/** The parts of a Fastify reply the capture uses, typed here so that Express apps never load Fastify's types. */
+export interface FastifyReplyLike {
+  raw: ServerResponse;
+  readonly server: object;
+  readonly statusCode: number;
+  send(payload?: unknown): unknown;
+  code(status: number): unknown;
+  header(name: string, value: unknown): unknown;
+  removeHeader(name: string): unknown;
+  getHeaders(): Record<string, unknown>;
+}
+
+type OnSendDone = (error: Error | null, payload?: unknown) => void;
+
+/** The capture of each reply in flight, found by the onSend hook. */
+const captures = new WeakMap<object, FastifyReplyCapture>();
+/** Fastify instances the hook was added to; their child instances inherit it (and have them as prototypes). */
+const hooked = new WeakSet<object>();
+
+/** Whether `response` is a Fastify reply (Nest hands interceptors the reply, not Node's response). */
+export function isFastifyReply(response: unknown): response is FastifyReplyLike {
+  const reply = response as Partial<FastifyReplyLike> | null;
+  return (
+    typeof reply === 'object' &&
+    reply !== null &&
+    typeof reply.raw?.setHeader === 'function' &&
+    typeof reply.send === 'function' &&
+    typeof reply.getHeaders === 'function' &&
+    typeof reply.server === 'object'
+  );
+}
+
+/** Whether the replies of `reply`'s Fastify instance go through the capture hook. */
+export function hasCaptureHook(reply: FastifyReplyLike): boolean {
+  for (let server: object | null = reply.server; server; server = Object.getPrototypeOf(server) as object | null) {
+    if (hooked.has(server)) return true;
+  }
+  return false;
+}
+
+/**
+ * The module's `onSend` hook: where a held reply waits for its key's outcome.
+ * Fastify calls `onSend` hooks with the serialized payload and in the order
+ * they were added, and `@fastify/compress` adds its own to each route, after
+ * all of them: the payload this hook sees is the body before any content
+ * encoding, and whatever it lets through (the app's payload, or a stored one
+ * in its place) goes through the hooks after it (compression for the
+ * request's `Accept-Encoding`, a digest, the cookie plugin's `Set-Cookie`)
+ * like any other answer.
+ */
+function captureOnSend(_request: unknown, reply: object, payload: unknown, done: OnSendDone): void {
+  const capture = captures.get(reply);
+  if (capture) capture.onSend(payload, done);
+  else done(null, payload);
+}
+
+/**
+ * Adds the capture hook to the app's Fastify instance. It goes in when the
+ * module is instantiated, before the app registers its plugins in `main.ts`
+ * (`NestFactory.create`), so that it is the first `onSend` hook; an app
+ * built through `Test.createTestingModule` gets it when it initialises.
+ */
+@Injectable()
+export class FastifyCaptureHook implements OnModuleInit {
+  constructor(private readonly adapterHost: HttpAdapterHost) {
+    this.install();
+  }
+
+  onModuleInit(): void {
+    this.install();
+  }
+
+  private install(): void {
+    const adapter = this.adapterHost?.httpAdapter;
+    if (!adapter || adapter.getType() !== 'fastify') return;
+    const instance = adapter.getInstance<{ addHook(name: 'onSend', hook: typeof captureOnSend): unknown }>();
+    if (hooked.has(instance)) return;
+    try {
+      instance.addHook('onSend', captureOnSend);
+    } catch {
+      // Started already (a module loaded lazily after listen()): its replies are held at reply.raw instead.
+      return;
+    }
+    hooked.add(instance);
+  }
+}
+
+/**
+ * Holds a Fastify reply in Fastify's own pipeline rather than at
+ * `reply.raw`: at `onSend`, where the payload is serialized but not yet
+ * encoded, and where headers are still Fastify's (a `Set-Cookie` array is
+ * kept one header per cookie).
+ *
+ * A replacement (a replay, the module's problem) is put in at `reply.send`
+ * when Nest sends, so every `onSend` hook of the app, wherever it was added,
+ * sees the bytes actually sent; one that comes after the app has sent is put
+ * in by the hook. Anything the app writes to `reply.raw` itself is held by a
+ * `WireCapture` there, so it cannot reach the client before the commit either.
+ */
+export class FastifyReplyCapture implements ResponseCapture {
+  private readonly stored: ReadonlySet<string>;
+  private readonly guard: WireCapture;
+  private readonly ownSend?: PropertyDescriptor;
+  private held?: { payload: unknown; done: OnSendDone; response?: StoredResponse };
+  private ownRefusal?: Error;
+  private replacement?: { response: StoredResponse; headers: ExtraHeaders };
+  /** The app wrote `reply.raw` itself: the guard holds that response. */
+  private viaRaw = false;
+  private settled = false;
+  private listeners: Array<() => void> = [];
+
+  constructor(
+    private readonly reply: FastifyReplyLike,
+    private readonly settings: CaptureSettings,
+  ) {
+    this.stored = storedHeaderNames(settings.replayHeaders);
+    this.guard = WireCapture.attach(reply.raw, settings);
+    this.guard.onceSent(() => {
+      if (this.held || this.settled) return;
+      this.viaRaw = true;
+      this.notify();
+    });
+    captures.set(reply, this);
+    this.ownSend = Object.getOwnPropertyDescriptor(reply, 'send');
+    const send = reply.send;
+    reply.send = (payload?: unknown) => this.onReplySend(send, payload);
+  }
+
+  get refusal(): Error | undefined {
+    return this.viaRaw ? this.guard.refusal : this.ownRefusal;
+  }
+
+  sent(timeoutMs: number): Promise<StoredResponse> {
+    return new Promise((resolve, reject) => {
+      const settle = () => {
+        if (this.refusal) reject(this.refusal);
+        else resolve(this.viaRaw ? this.guard.heldResponse()! : this.held!.response!);
+      };
+      if (this.held || this.viaRaw) return settle();
+      const timer = setTimeout(() => {
+        this.listeners = [];
+        this.release();
+        reject(new ResponseNotSentError(timeoutMs));
+      }, timeoutMs);
+      this.listeners.push(() => {
+        clearTimeout(timer);
+        settle();
+      });
+    });
+  }
+
+  release(): void {
+    if (this.settled) return;
+    if (this.viaRaw) {
+      this.settle(false);
+      this.guard.release();
+      return;
+    }
+    const held = this.held;
+    this.settle(true);
+    held?.done(null, held.payload);
+  }
+
+  replace(response: StoredResponse, headers: ExtraHeaders = []): void {
+    if (this.settled) return;
+    if (this.viaRaw) {
+      this.settle(false);
+      this.guard.replace(response, headers);
+      return;
+    }
+    this.replacement = { response, headers };
+    const held = this.held;
+    if (held) {
+      this.settle(true);
+      held.done(null, this.applyHeaders(response, headers) ?? null);
+    } else {
+      // Should the app end reply.raw itself instead of sending, the guard answers there.
+      this.guard.replace(response, headers);
+    }
+  }
+
+  /** Nest sends: a replacement waiting for it goes in its place, before any hook runs. */
+  private onReplySend(send: (payload?: unknown) => unknown, payload: unknown): unknown {
+    const replacement = this.replacement;
+    if (!replacement || this.settled) return send.call(this.reply, payload);
+    this.settle(true);
+    return send.call(this.reply, this.applyHeaders(replacement.response, replacement.headers));
+  }
+
+  /** The hook's turn: hold the payload (or let it by once the capture has settled). */
+  onSend(payload: unknown, done: OnSendDone): void {
+    if (this.settled || this.held || this.viaRaw) return done(null, payload);
+    if (this.replacement) {
+      const { response, headers } = this.replacement;
+      this.settle(true);
+      return done(null, this.applyHeaders(response, headers) ?? null);
+    }
+    this.held = { payload, done, response: this.snapshot(payload) };
+    this.notify();
+  }
+
+  /** The reply as it stands with `payload` as its body, or undefined (and a refusal) when it cannot be stored. */
+  private snapshot(payload: unknown): StoredResponse | undefined {
+    let body: Buffer | null;
+    if (payload === undefined || payload === null) body = null;
+    else if (typeof payload === 'string') {
+      if (Buffer.byteLength(payload, 'utf8') > this.settings.maxBytes)
+        return this.refuse(new ResponseTooLargeError(this.settings.maxBytes));
+      body = Buffer.from(payload, 'utf8');
+    } else if (payload instanceof Uint8Array) {
+      if (payload.byteLength > this.settings.maxBytes) return this.refuse(new ResponseTooLargeError(this.settings.maxBytes));
+      body = Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength);
+    } else {
+      // A stream, or a web Response: something between the handler and Fastify made one.
+      return this.refuse(new UnreplayableResponseError('a stream'));
+    }
+    const status = this.reply.statusCode;
+    return {
+      status,
+      headers: storedPairs(Object.entries(this.reply.getHeaders()), this.stored),
+      body: body && body.length === 0 && !hasBody(status) ? null : body,
+    };
+  }
+
+  private refuse(error: Error): undefined {
+    this.ownRefusal = error;
+    return undefined;
+  }
+
+  /** Puts `response`'s status and headers on the reply in place of the app's body headers; returns the body to send. */
+  private applyHeaders(response: StoredResponse, headers: ExtraHeaders): Buffer | undefined {
+    const reply = this.reply;
+    for (const name of headersReplacedBy(this.stored)) reply.removeHeader(name);
+    for (const [name, value] of groupHeaders([...response.headers, ...headers])) reply.header(name, value);
+    reply.code(response.status);
+    const body = response.body;
+    return body && body.length > 0 && hasBody(response.status) ? body : undefined;
+  }
+
+  private settle(releaseGuard: boolean): void {
+    this.settled = true;
+    this.listeners = [];
+    captures.delete(this.reply);
+    if (this.ownSend) Object.defineProperty(this.reply, 'send', this.ownSend);
+    else delete (this.reply as Partial<FastifyReplyLike>).send;
+    // Nothing was written to reply.raw: releasing the guard only unwraps it, for Fastify to write.
+    if (releaseGuard) this.guard.release();
+  }
+
+  private notify(): void {
+    const listeners = this.listeners;
+    this.listeners = [];
+    for (const listener of listeners) listener();
+  }
+}
