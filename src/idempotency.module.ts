@@ -20,11 +20,8 @@ import {
   RAW_OPTIONS_TOKEN,
   type IdempotencyModuleExtras,
 } from './idempotency.module-definition.js';
-import {
-  resolveIdempotencyOptions,
-  type IdempotencyModuleOptions,
-  type ResolvedIdempotencyOptions,
-} from './idempotency.options.js';
+import { type IdempotencyModuleOptions, type ResolvedIdempotencyOptions } from './idempotency.options.js';
+import { resolveIdempotencyOptions } from './resolve-options.js';
 import { IdempotencyService } from './idempotency.service.js';
 import { ClaimPoolLifecycle, openClaimPool } from './store/claim-pool.js';
 import { IdempotencyEvents } from './telemetry/events.js';

@@ -12,12 +12,8 @@ import type { Phases } from './core/phases.js';
 import { fingerprintValue } from './core/fingerprint.js';
 import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OBSERVER, IDEMPOTENCY_OPTIONS } from './idempotency.constants.js';
 import type { EngineObserver } from './core/observer.js';
-import {
-  resolveRouteOptions,
-  type FailurePolicy,
-  type ResolvedIdempotencyOptions,
-  type Duration,
-} from './idempotency.options.js';
+import { type FailurePolicy, type ResolvedIdempotencyOptions, type Duration } from './idempotency.options.js';
+import { resolveRouteOptions } from './resolve-options.js';
 import { IdempotencyStore, type StoredResponse, type SweepOptions, type SweepResult } from './core/idempotency-store.js';
 import { idempotencyContext, type IdempotencyExecutionContext } from './transaction/idempotency-context.js';
 import {

@@ -8,7 +8,7 @@ import type pg from 'pg';
 import type { Logger as TypeOrmLogger } from 'typeorm';
 import { ScheduleModule } from '@nestjs/schedule';
 import { IdempotencyConfigurationError, IdempotencyModule, Outbox, OutboxRelay, type OutboxRelayOptions } from '../src/index.js';
-import { resolveIdempotencyOptions } from '../src/idempotency.options.js';
+import { resolveIdempotencyOptions } from '../src/resolve-options.js';
 import { createOutboxTable, createTables, dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

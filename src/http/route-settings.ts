@@ -12,11 +12,11 @@ import { IdempotencyConfigurationError } from '../errors/configuration.error.js'
 import { messages } from '../errors/messages.js';
 import { IDEMPOTENCY_OPTIONS, IDEMPOTENT_METADATA, SKIP_IDEMPOTENCY_METADATA } from '../idempotency.constants.js';
 import {
-  resolveRouteOptions,
   type IdempotencyRouteOptions,
   type ResolvedIdempotencyOptions,
   type ResolvedRouteOptions,
 } from '../idempotency.options.js';
+import { resolveRouteOptions } from '../resolve-options.js';
 
 /** An idempotent route: its name for messages, and its options filled from the module's. */
 export interface RouteSettings {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { IdempotencyConfigurationError } from './errors/configuration.error.js';
-import { resolveIdempotencyOptions, resolveRouteOptions } from './idempotency.options.js';
+import { resolveIdempotencyOptions, resolveRouteOptions } from './resolve-options.js';
 
 const tenant = () => 't';
 
