@@ -453,7 +453,10 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
    */
   private openAttempt(runner: QueryRunner, request: ClaimRequest, inTransaction: boolean): OpenAttempt<EntityManager> {
     let ended = false;
-    const openedAt = performance.now();
+    let openedAt = performance.now();
+    // A distinct value per open attempt: it is the attempt's entry in openAttempts.
+    while (this.openAttempts.has(openedAt)) openedAt += 1e-6;
+    this.openAttempts.add(openedAt);
     const end = async (failure?: unknown) => {
       ended = true;
       this.recordHold(openedAt);
@@ -593,13 +596,21 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     if (!pool?.options) return true;
     if (pool.waitingCount === 0 && (pool.idleCount > 0 || pool.totalCount < pool.options.max)) return true;
     const expectedWaitMs = ((pool.waitingCount + 1) / pool.options.max) * this.holdMs;
-    return expectedWaitMs <= FUSED_CLAIM_MAX_WAIT_MS;
+    if (expectedWaitMs > FUSED_CLAIM_MAX_WAIT_MS) return false;
+    // The average only learns of slow transactions once they end: ones open for long now mean the queue has stalled.
+    const now = performance.now();
+    for (const openedAt of this.openAttempts) if (now - openedAt > FUSED_CLAIM_MAX_WAIT_MS) return false;
+    return true;
   }
+
+  /** When each attempt still open on the business pool began. */
+  private readonly openAttempts = new Set<number>();
 
   /** How long the work's transactions hold their connection, a moving average (starts pessimistic: the claim pool). */
   private holdMs = Number.POSITIVE_INFINITY;
 
   private recordHold(startedAt: number): void {
+    this.openAttempts.delete(startedAt);
     const held = performance.now() - startedAt;
     this.holdMs = Number.isFinite(this.holdMs) ? this.holdMs * 0.9 + held * 0.1 : held;
   }
