@@ -272,7 +272,7 @@ function partitionsQuery(t: string): string {
 }
 
 /**
- * `<table>_make_partitions()`: keeps `premake` partitions ready ahead of now.
+ * `<table>_make_partitions(lock_timeout_ms)`: keeps `premake` partitions ready ahead of now.
  * With the table registered in pg_partman it runs pg_partman's maintenance
  * for it; otherwise it creates the missing partitions itself, contiguous from
  * the newest, each as a table of its own then attached (ATTACH takes only
@@ -281,15 +281,16 @@ function partitionsQuery(t: string): string {
  * (upkeep fell behind) is skipped: they stay there until the default
  * partition's sweep deletes them. Returns the partitions made.
  *
- * Call it with a short `lock_timeout` (the module does): waiting for the
- * default partition's lock queues claims behind it.
+ * `lock_timeout_ms` bounds each lock wait (null: the session's): waiting
+ * for the default partition's lock queues claims behind it, so the module
+ * passes a short one.
  */
 function makePartitionsFunction(tableName: string, layout: PartitionLayout): string {
   const t = quoteTableName(tableName);
   const name = partitionedFunction(t, 'make_partitions');
   // pg_partman's suffixes: _p2026_12_08, or _p2026_12_08_0600 for partitions shorter than a day.
   const [suffixFormat, suffixLength] = /day|week/.test(layout.interval) ? ['YYYY_MM_DD', 10] : ['YYYY_MM_DD_HH24MI', 15];
-  return `CREATE OR REPLACE FUNCTION ${name}() RETURNS integer
+  return `CREATE OR REPLACE FUNCTION ${name}(p_lock_timeout_ms float8) RETURNS integer
      LANGUAGE plpgsql AS $fn$
      DECLARE
        v_interval interval := ${literal(layout.interval)};
@@ -304,6 +305,9 @@ function makePartitionsFunction(tableName: string, layout: PartitionLayout): str
        v_child text;
        v_made integer := 0;
      BEGIN
+       IF p_lock_timeout_ms IS NOT NULL THEN
+         PERFORM set_config('lock_timeout', greatest(1, ceil(p_lock_timeout_ms))::bigint || 'ms', true);
+       END IF;
        SELECT n.nspname, c.relname INTO v_schema, v_relname
          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = ${literal(t)}::regclass;
        SELECT e.extnamespace::regnamespace::text INTO v_partman FROM pg_extension e WHERE e.extname = 'pg_partman';
@@ -449,6 +453,11 @@ function registerPartitions(tableName: string, layout: PartitionLayout): string 
        IF v_partman IS NOT NULL THEN
          EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s.part_config WHERE parent_table = $1)', v_partman)
            INTO v_registered USING v_parent;
+         IF v_registered AND NOT EXISTS (SELECT 1 FROM pg_inherits WHERE inhparent = ${literal(t)}::regclass) THEN
+           -- pg_partman's record of an earlier table of this name, dropped without it: start afresh.
+           EXECUTE format('DELETE FROM %s.part_config WHERE parent_table = $1', v_partman) USING v_parent;
+           v_registered := false;
+         END IF;
        END IF;
        IF v_partman IS NOT NULL AND coalesce(v_want, true) AND NOT v_registered
           AND NOT EXISTS (SELECT 1 FROM pg_inherits WHERE inhparent = ${literal(t)}::regclass) THEN
@@ -461,7 +470,7 @@ function registerPartitions(tableName: string, layout: PartitionLayout): string 
        ELSIF NOT v_registered THEN
          EXECUTE format('CREATE TABLE IF NOT EXISTS %s PARTITION OF %s DEFAULT',
                         ${literal(quoteTableName(`${tableName}_default`))}, ${literal(t)});
-         PERFORM ${partitionedFunction(t, 'make_partitions')}();
+         PERFORM ${partitionedFunction(t, 'make_partitions')}(NULL);
        END IF;
      END
      $do$`;
@@ -473,7 +482,7 @@ function registerPartitions(tableName: string, layout: PartitionLayout): string 
  */
 export function partitionedRetentionStatements(t: string) {
   return {
-    makePartitions: `${sqlMarker('make-partitions')} SELECT ${partitionedFunction(t, 'make_partitions')}() AS made`,
+    makePartitions: `${sqlMarker('make-partitions')} SELECT ${partitionedFunction(t, 'make_partitions')}($1) AS made`,
     retirePartition: `${sqlMarker('retire-partition')} SELECT * FROM ${partitionedFunction(t, 'retire_partition')}($1)`,
     /** The default partition's name, if there is one. */
     defaultPartition: `${sqlMarker('default-partition')} SELECT p.name FROM (${partitionsQuery(t)}) p WHERE p.is_default`,
