@@ -196,6 +196,12 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
   replayHeaders?: string[];
   /** Table holding the keys, optionally schema-qualified. Default `'idempotency_keys'`. */
   tableName?: string;
+  /**
+   * The key table is the partitioned one (`createPartitionedIdempotencyKeysMigration`):
+   * the sweeper then keeps partitions made ahead and drops whole partitions
+   * once nothing in them is live, instead of deleting rows. Default `false`.
+   */
+  partitioned?: boolean;
   /** Seconds in the `Retry-After` of a 503 when the store cannot be reached. Default 5. */
   unavailableRetryAfter?: number;
   /**
@@ -247,6 +253,7 @@ export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
   maxKeyLength: number;
   replayHeaders: ReadonlySet<string>;
   tableName: string;
+  partitioned: boolean;
   unavailableRetryAfter: number;
   preparedStatements: boolean;
   reservedConnections: number;
@@ -307,6 +314,7 @@ export function resolveIdempotencyOptions(options: IdempotencyModuleOptions | un
     maxKeyLength,
     replayHeaders,
     tableName,
+    partitioned: booleanOption(options.partitioned ?? false, 'partitioned'),
     unavailableRetryAfter,
     preparedStatements: booleanOption(options.preparedStatements ?? false, 'preparedStatements'),
     telemetry: booleanOption(options.telemetry ?? true, 'telemetry'),

@@ -16,6 +16,7 @@ import {
 import { FENCE_LOST_SQLSTATE, keyStoreFunction, keyStoreStatements } from './key-store.sql.js';
 import { installRedactingLogger, redactQueryError, sqlMarker } from './redacting-logger.js';
 import { quoteTableName } from './identifiers.js';
+import { PartitionRetention, type PartitionStatus } from './partitioned/partition-retention.js';
 
 interface ClaimRow {
   state: 'claimed' | 'in_flight' | 'completed' | 'mismatch' | 'retry';
@@ -113,6 +114,13 @@ export interface PostgresIdempotencyStoreOptions {
    * business transactions holding the main pool. Default: the main data source.
    */
   claimDataSource?: DataSource;
+  /**
+   * The key table is the partitioned one (`createPartitionedIdempotencyKeysMigration`):
+   * `sweep` then keeps partitions made ahead and retires whole partitions
+   * instead of deleting rows. The claim and completion calls are the same
+   * (the table's functions differ). Default false.
+   */
+  partitioned?: boolean;
 }
 
 /**
@@ -129,6 +137,8 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   private readonly sweepLockKey: string;
 
   private readonly claims: DataSource;
+  /** Retention by partitions, for the partitioned table; undefined for the plain one. */
+  private readonly partitions?: PartitionRetention;
 
   constructor(
     private readonly dataSource: DataSource,
@@ -141,6 +151,17 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     this.table = quoteTableName(tableName);
     this.sweepLockKey = `nest-idempotency:sweep:${tableName}`;
     this.sql = keyStoreStatements(this.table);
+    if (options.partitioned) this.partitions = new PartitionRetention(dataSource, this.table);
+  }
+
+  /** Whether the key table is the partitioned one. */
+  get partitioned(): boolean {
+    return this.partitions !== undefined;
+  }
+
+  /** The partitioned table's partitions, for health checks; undefined for the plain table. */
+  async partitionStatus(defaultRowsLimit: number): Promise<PartitionStatus | undefined> {
+    return this.partitions?.status(defaultRowsLimit);
   }
 
   /**
@@ -591,6 +612,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
         this.sweepLockKey,
       ])) as Array<{ locked: boolean }>;
       if (!locked) return { ran: false, deleted: 0, batches: 0, durationMs: Date.now() - started, restedMs: 0 };
+      if (this.partitions) return await this.partitions.run(options);
       const duty = options.dutyCycle ?? 1;
       let rested = 0;
       // At least one batch per run, so a tight budget still makes progress.
@@ -615,6 +637,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   }
 
   override async countExpired(limit: number): Promise<number> {
+    if (this.partitions) return this.partitions.countExpired(limit);
     const [row] = (await this.run(undefined, this.sql.countExpired, [limit], undefined, this.dataSource)).rows as Array<{
       expired: number;
     }>;
