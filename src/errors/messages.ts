@@ -186,6 +186,11 @@ export const messages = {
       'IdempotencyModule.forRoot(...), then generate the document.',
   },
   /** `IdempotencyHealthIndicator`: what its result says; never a key, a tenant or a body. */
+  sweeper: {
+    partitions: (p: { made: number; retired: number; retiredKeys: number; postponed: boolean }) =>
+      `Retired ${p.retired} partition${p.retired === 1 ? '' : 's'} of the key table (about ${p.retiredKeys} keys); made ` +
+      `${p.made} ahead.${p.postponed ? ' A partition change did not get its lock in time and is put off to the next run.' : ''}`,
+  },
   health: {
     terminusMissing:
       'IdempotencyHealthIndicator.isHealthy() needs @nestjs/terminus: npm i @nestjs/terminus and import TerminusModule ' +
