@@ -34,6 +34,7 @@ import {
   type IdempotencyModuleOptions,
 } from '../../src/index.js';
 import { dataSourceOptions } from './database.js';
+import { keyTableOptions } from './key-table.js';
 
 export type AdapterName = 'express' | 'fastify';
 export const ADAPTERS: AdapterName[] = ['express', 'fastify'];
@@ -391,6 +392,7 @@ export async function startTestApp(
         },
         sweep: false,
         replayHeaders: ['X-Custom-Replayed'],
+        ...keyTableOptions(),
         ...options,
       }),
     ],
