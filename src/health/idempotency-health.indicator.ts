@@ -221,8 +221,8 @@ function partitionsHealth(
   const partitions = settled.value!;
   const problems: string[] = [];
   const { aheadMs, intervalMs } = partitions;
-  if (aheadMs === null || (intervalMs !== null && aheadMs < intervalMs)) {
-    problems.push(messages.health.partitionsAhead(aheadMs ?? 0, intervalMs ?? 0));
+  if (!partitions.coversNow || aheadMs === null || (intervalMs !== null && aheadMs < intervalMs)) {
+    problems.push(messages.health.partitionsAhead(partitions.coversNow ? (aheadMs ?? 0) : 0, intervalMs ?? 0));
   }
   if (partitions.defaultRows > 0) {
     problems.push(messages.health.defaultPartitionRows(partitions.defaultRows, partitions.defaultRows >= defaultRowsLimit));

@@ -16,6 +16,8 @@ export const PARTITION_LOCK_TIMEOUT_MS = 100;
 export interface PartitionStatus {
   /** Partitions attached, not counting the default one. */
   partitions: number;
+  /** Whether a partition covers now; if not, new keys go to the default partition. */
+  coversNow: boolean;
   /** How far past now the newest partition reaches (negative: none covers now); null without partitions. */
   aheadMs: number | null;
   /** The newest partition's width. */
@@ -75,6 +77,7 @@ export class PartitionRetention {
   async status(defaultRowsLimit: number): Promise<PartitionStatus> {
     const [row] = await this.query<{
       partitions: number;
+      covers_now: boolean;
       ahead_ms: number | null;
       interval_ms: number | null;
       retirable: number;
@@ -83,6 +86,7 @@ export class PartitionRetention {
     }>(this.sql.status, [defaultRowsLimit]);
     return {
       partitions: row.partitions,
+      coversNow: row.covers_now,
       aheadMs: row.ahead_ms === null ? null : Math.round(row.ahead_ms),
       intervalMs: row.interval_ms === null ? null : Math.round(row.interval_ms),
       retirable: row.retirable,

@@ -321,10 +321,15 @@ function makePartitionsFunction(tableName: string, layout: PartitionLayout): str
            EXECUTE format('SELECT %s.run_maintenance(p_parent_table := $1, p_jobmon := false)', v_partman)
              USING v_schema || '.' || v_relname;
            RETURN (SELECT count(*) FROM pg_inherits WHERE inhparent = ${literal(t)}::regclass) - v_before;
-         EXCEPTION WHEN check_violation THEN
-           -- pg_partman stops at a range whose rows went to the default partition (upkeep fell behind): make the
-           -- ranges after it below, named as pg_partman names them, and its next run carries on from there.
-           NULL;
+         EXCEPTION
+           WHEN lock_not_available THEN
+             RAISE;
+           WHEN OTHERS THEN
+             -- pg_partman stops at a range whose rows went to the default partition, or when no partition is left
+             -- (upkeep fell behind): the ranges after it are made below, named as pg_partman names them, and its
+             -- next run carries on from the newest.
+             RAISE WARNING 'pg_partman could not maintain %: % (the module makes the partitions instead)',
+               v_schema || '.' || v_relname, SQLERRM;
          END;
        END IF;
        SELECT max(p.upper_bound) INTO v_newest FROM (${partitionsQuery(t)}) p WHERE NOT p.is_default;
@@ -392,7 +397,8 @@ function retirePartitionFunction(tableName: string): string {
 
 /**
  * `<table>_partition_status(limit)`: what the health check reports, in one
- * call: the partitions (not counting the default one), how far ahead of now
+ * call: the partitions (not counting the default one), whether one covers
+ * now (else new keys go to the default partition), how far ahead of now
  * the newest reaches and how wide it is (upkeep keeps several ahead), how
  * many ranges are over with nothing live in them (retirement keeps that at 0
  * or 1), and the rows in the default partition, counted up to `limit` (rows
@@ -401,7 +407,7 @@ function retirePartitionFunction(tableName: string): string {
 function partitionStatusFunction(tableName: string): string {
   const t = quoteTableName(tableName);
   return `CREATE OR REPLACE FUNCTION ${partitionedFunction(t, 'partition_status')}(p_limit integer)
-     RETURNS TABLE (partitions integer, ahead_ms float8, interval_ms float8, retirable integer,
+     RETURNS TABLE (partitions integer, covers_now boolean, ahead_ms float8, interval_ms float8, retirable integer,
                     default_partition text, default_rows integer)
      LANGUAGE plpgsql STABLE AS $fn$
      DECLARE
@@ -409,6 +415,7 @@ function partitionStatusFunction(tableName: string): string {
        v_live boolean;
      BEGIN
        partitions := 0;
+       covers_now := false;
        retirable := 0;
        default_rows := 0;
        FOR p IN SELECT * FROM (${partitionsQuery(t)}) parts ORDER BY parts.upper_bound LOOP
@@ -419,6 +426,7 @@ function partitionStatusFunction(tableName: string): string {
            CONTINUE;
          END IF;
          partitions := partitions + 1;
+         covers_now := covers_now OR (p.lower_bound <= now() AND now() < p.upper_bound);
          ahead_ms := extract(epoch FROM p.upper_bound - now()) * 1000;
          interval_ms := extract(epoch FROM p.upper_bound - p.lower_bound) * 1000;
          IF p.upper_bound <= now() THEN
