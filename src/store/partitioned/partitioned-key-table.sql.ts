@@ -136,10 +136,12 @@ export function createPartitionedTableStatements(tableName: string, layout: Part
  * See the top of this file for why one execution per key holds across
  * partitions.
  *
- * A replay, a 409 or a 422 is read without the lock, as on the plain table: a
- * live completed row, a valid lease or another fingerprint is an answer no
- * concurrent claim can change. Only a claim that may write takes the lock and
- * reads again.
+ * The lock is tried first without waiting: free (no other claim of the key
+ * is running, the common case), the claim reads once under it. Taken, the
+ * claim reads without it, as the plain table's claim reads before it locks:
+ * a live completed row, a valid lease or another fingerprint is an answer no
+ * concurrent claim can change (a replay, a 409, a 422 never wait); only a
+ * claim that must write waits for the lock, then reads again.
  */
 function partitionedClaimFunction(tableName: string): string {
   const t = quoteTableName(tableName);
@@ -154,6 +156,8 @@ function partitionedClaimFunction(tableName: string): string {
      DECLARE
        r ${t}%ROWTYPE;
        v_current boolean;
+       -- One lock per (tenant, key): chained hashes, so no two pairs are joined into one string.
+       v_lock bigint := hashtextextended(p_key, hashtextextended(p_tenant, ${hashSeed(tableName)}));
        locked boolean := false;
        previous_lock_timeout text;
      BEGIN
@@ -162,6 +166,10 @@ function partitionedClaimFunction(tableName: string): string {
          -- waited for at most this long; the previous value is put back before returning.
          previous_lock_timeout := current_setting('lock_timeout');
          PERFORM set_config('lock_timeout', greatest(1, ceil(p_lock_timeout_ms))::bigint || 'ms', true);
+       END IF;
+       IF current_setting('transaction_isolation') = 'read committed' THEN
+         -- Uncontended (the common case: a new key, a replay), the lock is free: take it now and read once.
+         locked := pg_try_advisory_xact_lock(v_lock);
        END IF;
        FOR i IN 1..4 LOOP
          -- Every row of the key in every partition; the one that is not inert, if any, first.
@@ -197,9 +205,9 @@ function partitionedClaimFunction(tableName: string): string {
                USING ERRCODE = '${PARTITIONED_ISOLATION_SQLSTATE}',
                      HINT = 'Claim outside the transaction (claimMode ''separate'') or run it at READ COMMITTED.';
            END IF;
-           -- One lock per (tenant, key), chained hashes so no two pairs are joined into one string; held until the
-           -- claim's transaction ends, so transaction pooling (PgBouncer) keeps it.
-           PERFORM pg_advisory_xact_lock(hashtextextended(p_key, hashtextextended(p_tenant, ${hashSeed(tableName)})));
+           -- Another claim of the key holds the lock: wait for it (at most lock_timeout), then read again. Held
+           -- until the claim's transaction ends, so transaction pooling (PgBouncer) keeps it.
+           PERFORM pg_advisory_xact_lock(v_lock);
            locked := true;
            CONTINUE;
          END IF;
