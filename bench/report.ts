@@ -429,6 +429,18 @@ function retentionRows({ keysPerDay, runs }: RetentionResult): TargetRow[] {
       ['replaysPerSecond', 'replay'],
     ] as const) {
       add({
+        measure: `claim function alone (one backend, a commit each): ${label}s per second, partitioned / plain (${partitioned.partitions} partitions)`,
+        value: x(ratio(partitioned.serverLoop[key], plain.serverLoop[key])),
+        detail: `${partitioned.serverLoop[key].toLocaleString('en')} vs ${plain.serverLoop[key].toLocaleString('en')} claims/s`,
+        target: '-',
+        result: 'info',
+      });
+    }
+    for (const [key, label] of [
+      ['newKeysPerSecond', 'new key'],
+      ['replaysPerSecond', 'replay'],
+    ] as const) {
+      add({
         measure: `claim cost: ${label}s per second, partitioned / plain (${partitioned.throughput.workers} workers, ${partitioned.partitions} partitions)`,
         value: x(ratio(partitioned.throughput[key], plain.throughput[key])),
         detail:

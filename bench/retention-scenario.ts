@@ -28,6 +28,12 @@ export interface RetentionRun {
   fillSeconds: number;
   /** Claims per second from `workers` concurrent loops, new keys and replays, on the filled table. */
   throughput: { workers: number; newKeysPerSecond: number; replaysPerSecond: number };
+  /**
+   * The claim function alone, called in a loop by one backend (a procedure, a
+   * commit after each claim): its own server cost, without the client, the
+   * pool or the network, so the least noisy comparison of the two tables.
+   */
+  serverLoop: { claims: number; newKeysPerSecond: number; replaysPerSecond: number };
   idle: ObservedProbe;
   duringRetention: ObservedProbe;
   retention: {
@@ -125,6 +131,11 @@ async function runOne(
       `    claims/s with 8 workers: new keys ${throughput.newKeysPerSecond.toLocaleString('en')}, ` +
         `replays ${throughput.replaysPerSecond.toLocaleString('en')}`,
     );
+    const serverLoop = await claimLoop(db, existing, 5_000);
+    log(
+      `    the claim function in a loop, one backend: new keys ${serverLoop.newKeysPerSecond.toLocaleString('en')}/s, ` +
+        `replays ${serverLoop.replaysPerSecond.toLocaleString('en')}/s`,
+    );
     await sampler.start();
     const idleProbe = await probeClaims(store, existing, { rate: config.claimRate, seconds: config.claimSeconds });
     const idle = { ...idleProbe, activity: await sampler.stop() };
@@ -182,6 +193,7 @@ async function runOne(
       partitions,
       fillSeconds,
       throughput,
+      serverLoop,
       idle,
       duringRetention,
       retention,
@@ -260,6 +272,44 @@ async function closedLoop(store: PostgresIdempotencyStore, existing: ExistingKey
     return Math.round(done / seconds);
   };
   return { workers, newKeysPerSecond: await rate(false), replaysPerSecond: await rate(true) };
+}
+
+/** `claims` calls of the claim function by one backend, each committed (as the module commits each claim), new keys then replays. */
+async function claimLoop(db: pg.Client, existing: ExistingKey[], claims: number) {
+  const replays = existing.slice(0, 1_000);
+  await db.query(`CREATE TABLE bench_replay_keys (n integer PRIMARY KEY, tenant text, key text, fingerprint text)`);
+  await db.query(
+    `INSERT INTO bench_replay_keys SELECT row_number() OVER () - 1, r.tenant, r.key, r.fingerprint
+       FROM jsonb_to_recordset($1::jsonb) AS r(tenant text, key text, fingerprint text)`,
+    [JSON.stringify(replays)],
+  );
+  await db.query(`CREATE PROCEDURE bench_claim_loop(p_replay boolean, p_claims integer) LANGUAGE plpgsql AS $$
+    DECLARE k record;
+    BEGIN
+      FOR i IN 1..p_claims LOOP
+        IF p_replay THEN
+          SELECT * INTO k FROM bench_replay_keys WHERE bench_replay_keys.n = i % ${Math.max(1, replays.length)};
+          PERFORM * FROM ${KEY_TABLE}_claim(k.tenant, k.key, k.fingerprint, gen_random_uuid(), 30000, 86400000, NULL);
+        ELSE
+          PERFORM * FROM ${KEY_TABLE}_claim('tenant-' || (i % ${FILL_TENANTS}), gen_random_uuid()::text, md5(i::text),
+                                           gen_random_uuid(), 30000, 86400000, NULL);
+        END IF;
+        COMMIT;
+      END LOOP;
+    END $$`);
+  await db.query('SET synchronous_commit = off');
+  const rate = async (replay: boolean) => {
+    const started = performance.now();
+    await db.query('CALL bench_claim_loop($1, $2)', [replay, claims]);
+    return Math.round(claims / ((performance.now() - started) / 1000));
+  };
+  try {
+    return { claims, newKeysPerSecond: await rate(false), replaysPerSecond: await rate(true) };
+  } finally {
+    await db.query('RESET synchronous_commit');
+    await db.query('DROP PROCEDURE bench_claim_loop(boolean, integer)');
+    await db.query('DROP TABLE bench_replay_keys');
+  }
 }
 
 async function forgetPartman(db: pg.Client, schema: string): Promise<void> {
