@@ -18,8 +18,8 @@ import { sqlMarker } from '../redacting-logger.js';
  *    `request-transaction` mode. Two claims of one key serialise, whichever
  *    partition their rows are in; a hash collision only makes two keys wait
  *    for each other.
- * 2. Under the lock it reads every row of the key in every attached partition
- *    (READ COMMITTED: a statement sees what committed before it started, so
+ * 2. Under the lock it looks for the key in every attached partition (READ
+ *    COMMITTED: a statement sees what committed before it started, so
  *    everything the previous holder of the lock wrote).
  * 3. At most one row of a key is not inert (inert: completed and past its TTL,
  *    which nothing ever writes again), and that row decides as the plain
@@ -172,11 +172,13 @@ function partitionedClaimFunction(tableName: string): string {
          locked := pg_try_advisory_xact_lock(v_lock);
        END IF;
        FOR i IN 1..4 LOOP
-         -- Every row of the key in every partition; the one that is not inert, if any, first.
+         -- The key's row that is not inert, in whichever partition: there is at most one (inert rows, of earlier
+         -- uses of the key, never decide anything).
          SELECT * INTO r FROM ${t} k WHERE k.tenant_id = p_tenant AND k.key = p_key
-          ORDER BY (k.status = 'in_flight' OR k.expires_at > now()) DESC, k.created_at DESC
+            AND (k.status = 'in_flight' OR k.expires_at > now())
+          ORDER BY k.created_at DESC
           LIMIT 1;
-         v_current := FOUND AND (r.status = 'in_flight' OR r.expires_at > now());
+         v_current := FOUND;
          IF v_current THEN
            IF r.status = 'in_flight' AND r.lease_expires_at > now() THEN
              RETURN QUERY SELECT CASE WHEN r.fingerprint = p_fingerprint THEN 'in_flight' ELSE 'mismatch' END, r.attempt,
