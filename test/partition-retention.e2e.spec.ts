@@ -304,7 +304,8 @@ describe('when partition upkeep falls behind', () => {
       // Their TTL ends, their leases too: the default partition's rows are deleted one by one, as on the plain table.
       await db.query(`UPDATE idempotency_keys SET lease_expires_at = now() - interval '1 second'`);
       expect(await store.sweep(SWEEP)).toMatchObject({ deleted: 5 });
-      expect((await health.report()).partitions).toMatchObject({ partitions: { defaultRows: 0 } });
+      // (Asked of the store: the health check's own probe claim would land in the default partition too, until released.)
+      expect(await store.partitionStatus(1000)).toMatchObject({ defaultRows: 0 });
     } finally {
       await app.close();
     }
