@@ -13,6 +13,7 @@ import {
   type IdempotencyModuleOptions,
 } from '../src/index.js';
 import { keyStoreStatements } from '../src/store/key-store.sql.js';
+import { resolveIdempotencyOptions } from '../src/idempotency.options.js';
 import {
   createPartitionedTableStatements,
   DEFAULT_PARTITION_LAYOUT,
@@ -147,6 +148,12 @@ describe('the partitioned table', () => {
     } finally {
       await Promise.all(sources.map((s) => s.destroy()));
     }
+  });
+
+  it('the module option is a boolean, off by default: the embedded default keeps the plain table', () => {
+    expect(resolveIdempotencyOptions({ tenant: () => 't' }).partitioned).toBe(false);
+    expect(resolveIdempotencyOptions({ tenant: () => 't', partitioned: true }).partitioned).toBe(true);
+    expect(() => resolveIdempotencyOptions({ tenant: () => 't', partitioned: 'yes' as never })).toThrow(/partitioned/);
   });
 
   it('refuses a layout it cannot make', () => {
