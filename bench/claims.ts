@@ -24,6 +24,7 @@ export async function openStore(
   url: string,
   schema: string,
   poolSize: number,
+  storeOptions: { partitioned?: boolean } = {},
 ): Promise<{ store: PostgresIdempotencyStore; close(): Promise<void> }> {
   const dataSource = new DataSource({
     type: 'postgres',
@@ -33,7 +34,7 @@ export async function openStore(
     extra: { options: `-c search_path=${schema}`, max: poolSize, connectionTimeoutMillis: 10_000 },
   });
   await dataSource.initialize();
-  return { store: new PostgresIdempotencyStore(dataSource, KEY_TABLE), close: () => dataSource.destroy() };
+  return { store: new PostgresIdempotencyStore(dataSource, KEY_TABLE, storeOptions), close: () => dataSource.destroy() };
 }
 
 /**

@@ -1,12 +1,15 @@
 import { DEFAULT_SWEEP_BATCH_SIZE } from '../src/idempotency.constants.js';
 export type AdapterName = 'express' | 'fastify';
-export type ScenarioGroup = 'http' | 'size' | 'sweep' | 'durable';
+export type ScenarioGroup = 'http' | 'size' | 'sweep' | 'durable' | 'retention';
 
 /** Everything a run can be told through the environment; `BENCH_QUICK=1` shrinks it for development. */
 export interface BenchConfig {
   mode: 'full' | 'quick';
   adapters: AdapterName[];
-  /** Which groups run: `http` (scenarios 1-4, 7-12), `size` (5), `sweep` (6), `durable` (13, when `durableDatabaseUrl` is set). */
+  /**
+   * Which groups run: `http` (scenarios 1-4, 7-12), `size` (5), `sweep` (6), `durable` (13, when
+   * `durableDatabaseUrl` is set), `retention` (14).
+   */
   groups: ScenarioGroup[];
   schema: string;
   /**
@@ -56,6 +59,8 @@ export interface BenchConfig {
   claimSeconds: number;
   claimWarmupSeconds: number;
   sweepBatchSize: number;
+  /** Scenario 14: keys in each table, half of them a day past its TTL (what retention retires), half live. */
+  retentionRows: number;
 }
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): BenchConfig {
@@ -64,7 +69,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): BenchConfig {
   return {
     mode: quick ? 'quick' : 'full',
     adapters: list(env.BENCH_ADAPTERS, ['express', 'fastify'] as const, 'BENCH_ADAPTERS'),
-    groups: list(env.BENCH_ONLY, ['http', 'size', 'sweep', 'durable'] as const, 'BENCH_ONLY'),
+    groups: list(env.BENCH_ONLY, ['http', 'size', 'sweep', 'durable', 'retention'] as const, 'BENCH_ONLY'),
     schema: env.BENCH_SCHEMA ?? 'bench',
     durableDatabaseUrl: env.BENCH_DURABLE_DATABASE_URL || undefined,
     poolSize: int(env, 'BENCH_POOL_SIZE', 10),
@@ -95,6 +100,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): BenchConfig {
     claimSeconds: int(env, 'BENCH_CLAIM_S', pick(15, 4)),
     claimWarmupSeconds: pick(3, 1),
     sweepBatchSize: int(env, 'BENCH_SWEEP_BATCH', DEFAULT_SWEEP_BATCH_SIZE),
+    retentionRows: int(env, 'BENCH_RETENTION_ROWS', pick(10_000_000, 200_000)),
   };
 }
 

@@ -4,6 +4,7 @@ import type { AdapterName } from './config.js';
 import type { PhaseActivity } from './database.js';
 import type { SweepScenarioResult, TableSizeResult } from './db-scenarios.js';
 import type { DurableResults } from './durable-scenario.js';
+import type { RetentionResult } from './retention-scenario.js';
 import type { AdapterResults, VariantResult } from './http-scenarios.js';
 
 export interface TargetRow {
@@ -54,6 +55,7 @@ export function targetRows(
   tableSize?: TableSizeResult,
   sweep?: SweepScenarioResult,
   durable?: DurableResults,
+  retention?: RetentionResult,
 ): TargetRow[] {
   const rows: TargetRow[] = [];
   for (const results of Object.values(http)) {
@@ -371,6 +373,84 @@ export function targetRows(
     });
   }
   if (durable) rows.push(...durableRows(durable));
+  if (retention) rows.push(...retentionRows(retention));
+  return rows;
+}
+
+/**
+ * Scenario 14: the plain table's DELETE sweeper against the partitioned
+ * table's partition drop, at the same churn. The p99 target is scenario 6's;
+ * the rest is information.
+ */
+function retentionRows({ keysPerDay, runs }: RetentionResult): TargetRow[] {
+  const rows: TargetRow[] = [];
+  const add = (row: Omit<TargetRow, 'adapter' | 'scenario'>) => rows.push({ ...row, scenario: '14', adapter: '-' });
+  const mb = (bytes: number) => `${Math.round(bytes / 1024 / 1024).toLocaleString('en')} MB`;
+  for (const run of runs) {
+    for (const [path, label] of [
+      ['newKeys', 'new key'],
+      ['replays', 'replay'],
+    ] as const) {
+      const r = ratio(run.duringRetention[path].p99, run.idle[path].p99);
+      add({
+        measure: `${run.kind} table: claim p99 (${label}) during retention / idle`,
+        value: x(r),
+        detail:
+          `${ms(run.duringRetention[path].p99)} vs ${ms(run.idle[path].p99)}; max ${ms(run.duringRetention[path].max)} vs ` +
+          `${ms(run.idle[path].max)}; ${run.duringRetention.seconds} s probed; claims waited on ${claimWaits(run.duringRetention.activity)}`,
+        target: '<= 2x',
+        result: atMost(r, 2),
+      });
+    }
+    add({
+      measure: `${run.kind} table: WAL per retired key (retention + the VACUUM after it)`,
+      value: `${run.retention.walBytesPerRetiredKey.toLocaleString('en')} B`,
+      detail:
+        `${compact(run.retention.retiredKeys)} keys retired in ${(run.retention.durationMs / 1000).toFixed(1)} s; WAL ` +
+        `${mb(run.retention.walBytes)} + VACUUM ${mb(run.retention.vacuumWalBytes)} (${(run.retention.vacuumMs / 1000).toFixed(1)} s)`,
+      target: '-',
+      result: 'info',
+    });
+    const { filled, afterChurn } = run.sizes;
+    add({
+      measure: `${run.kind} table: table + indexes after a day's churn (${compact(keysPerDay)} keys a day)`,
+      value: mb(afterChurn.tableBytes + afterChurn.indexBytes),
+      detail:
+        `table ${mb(afterChurn.tableBytes)}, indexes ${mb(afterChurn.indexBytes)}, ${compact(afterChurn.rows)} rows; ` +
+        `before retention ${mb(filled.tableBytes + filled.indexBytes)} for ${compact(filled.rows)} rows`,
+      target: '-',
+      result: 'info',
+    });
+  }
+  const [plain, partitioned] = runs;
+  if (plain && partitioned) {
+    for (const [key, label] of [
+      ['newKeysPerSecond', 'new key'],
+      ['replaysPerSecond', 'replay'],
+    ] as const) {
+      add({
+        measure: `claim function alone (one backend, a commit each): ${label}s per second, partitioned / plain (${partitioned.partitions} partitions)`,
+        value: x(ratio(partitioned.serverLoop[key], plain.serverLoop[key])),
+        detail: `${partitioned.serverLoop[key].toLocaleString('en')} vs ${plain.serverLoop[key].toLocaleString('en')} claims/s`,
+        target: '-',
+        result: 'info',
+      });
+    }
+    for (const [key, label] of [
+      ['newKeysPerSecond', 'new key'],
+      ['replaysPerSecond', 'replay'],
+    ] as const) {
+      add({
+        measure: `claim cost: ${label}s per second, partitioned / plain (${partitioned.throughput.workers} workers, ${partitioned.partitions} partitions)`,
+        value: x(ratio(partitioned.throughput[key], plain.throughput[key])),
+        detail:
+          `${partitioned.throughput[key].toLocaleString('en')} vs ${plain.throughput[key].toLocaleString('en')} claims/s; idle p50 ` +
+          `${ms(partitioned.idle[key === 'newKeysPerSecond' ? 'newKeys' : 'replays'].p50)} vs ${ms(plain.idle[key === 'newKeysPerSecond' ? 'newKeys' : 'replays'].p50)}`,
+        target: '-',
+        result: 'info',
+      });
+    }
+  }
   return rows;
 }
 

@@ -14,6 +14,7 @@ import { loadConfig } from './config.js';
 import { connect, openDatabase, resetSchema, serverVersion } from './database.js';
 import { runSweep, runTableSize, type SweepScenarioResult, type TableSizeResult } from './db-scenarios.js';
 import { runDurableCommits, type DurableResults } from './durable-scenario.js';
+import { runRetention, type RetentionResult } from './retention-scenario.js';
 import { runHttpScenarios, type AdapterResults } from './http-scenarios.js';
 import { markdownTable, saveResults, targetRows } from './report.js';
 
@@ -59,7 +60,13 @@ async function main(): Promise<void> {
         else log('  skipped: set BENCH_DURABLE_DATABASE_URL to a PostgreSQL with fsync on (a database of its own).');
       }
 
-      const targets = targetRows(http, tableSize, sweep, durable);
+      let retention: RetentionResult | undefined;
+      if (config.groups.includes('retention')) {
+        log('\n== Retention: DELETE against dropping partitions (scenario 14)');
+        retention = await runRetention(config, database.url, log);
+      }
+
+      const targets = targetRows(http, tableSize, sweep, durable, retention);
       const durationSeconds = Math.round((performance.now() - began) / 1000);
       const files = await saveResults({
         version: 1,
@@ -80,6 +87,7 @@ async function main(): Promise<void> {
         tableSize,
         sweep,
         durable,
+        retention,
         targets,
       });
       log(`\n## Benchmark summary (${config.mode} mode, ${durationSeconds} s)\n`);

@@ -119,6 +119,7 @@ export class IdempotencyModule extends ConfigurableModuleClass {
               new PostgresIdempotencyStore(dataSource, keyTableOf(dataSource, options.tableName), {
                 preparedStatements: options.preparedStatements,
                 claimDataSource: claims,
+                partitioned: options.partitioned,
               }),
             inject: [IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS, IDEMPOTENCY_CLAIM_DATA_SOURCE],
           },

@@ -189,6 +189,12 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
   replayHeaders?: string[];
   /** Table holding the keys, optionally schema-qualified. Default `'idempotency_keys'`. */
   tableName?: string;
+  /**
+   * The key table is the partitioned one (`createPartitionedIdempotencyKeysMigration`):
+   * the sweeper then keeps partitions made ahead and drops whole partitions
+   * once nothing in them is live, instead of deleting rows. Default `false`.
+   */
+  partitioned?: boolean;
   /** Seconds in the `Retry-After` of a 503 when the store cannot be reached. Default 5. */
   unavailableRetryAfter?: number;
   /**
@@ -241,6 +247,7 @@ export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
   maxKeyLength: number;
   replayHeaders: ReadonlySet<string>;
   tableName: string;
+  partitioned: boolean;
   unavailableRetryAfter: number;
   preparedStatements: boolean;
   reservedConnections: number;

@@ -36,6 +36,12 @@ export {
 } from './core/idempotency-store.js';
 export { PostgresIdempotencyStore } from './store/postgres-idempotency.store.js';
 export { createIdempotencyKeysMigration, CreateIdempotencyKeys1764460800000 } from './store/idempotency-keys.migration.js';
+export {
+  createPartitionedIdempotencyKeysMigration,
+  CreatePartitionedIdempotencyKeys1765152000000,
+  type PartitionedKeysMigrationOptions,
+} from './store/partitioned/partitioned-keys.migration.js';
+export type { PartitionStatus } from './store/partitioned/partition-retention.js';
 export { migratingDataSourceFactory, runMigrationsWithLock, type RunMigrationsOptions } from './store/run-migrations.js';
 export { createIdempotencyKeyEntity, IdempotencyKeyEntity } from './store/idempotency-key.entity.js';
 export { IdempotencySweeper, type SweepReport } from './sweeper/idempotency.sweeper.js';

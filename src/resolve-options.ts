@@ -68,6 +68,7 @@ export function resolveIdempotencyOptions(options: IdempotencyModuleOptions | un
     maxKeyLength,
     replayHeaders,
     tableName,
+    partitioned: booleanOption(options.partitioned ?? false, 'partitioned'),
     unavailableRetryAfter,
     preparedStatements: booleanOption(options.preparedStatements ?? false, 'preparedStatements'),
     telemetry: booleanOption(options.telemetry ?? true, 'telemetry'),

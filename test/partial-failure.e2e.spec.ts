@@ -16,6 +16,7 @@ import {
   type OutboxMessage,
 } from '../src/index.js';
 import { createOutboxTable, createTables, dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
+import { keyTableOptions } from './support/key-table.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -73,6 +74,7 @@ describe('partial failure: phases, derived keys and the outbox', () => {
           // These tests outrun leases on purpose (as a stalled process would); a heartbeat would keep them.
           heartbeat: false,
           outbox: { relay: false },
+          ...keyTableOptions(),
         }),
       ],
       providers: [Orders],

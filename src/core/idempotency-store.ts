@@ -152,6 +152,13 @@ export interface SweepResult {
   durationMs: number;
   /** Of `durationMs`, the time spent resting between batches (see `dutyCycle`). */
   restedMs: number;
+  /**
+   * A partitioned key table's run: partitions made ahead, partitions retired
+   * (dropped whole; `retiredKeys` is PostgreSQL's estimate of their rows), and
+   * whether a retirement was put off because its lock was not granted in time.
+   * `deleted` and `batches` then count the default partition's sweep only.
+   */
+  partitions?: { made: number; retired: number; retiredKeys: number; postponed: boolean };
 }
 
 /**

@@ -82,6 +82,18 @@ export const messages = {
       `do${missing.length > 1 ? '' : 'es'} not exist. The claim and the completion call them. ${table.migration} creates them ` +
       'with the table: run it (again, on a table made by an older version: its statements are idempotent), or, without ' +
       'migrations, use `synchronize: true`, with which the module creates them at start-up.',
+    partitionLayout: (name: string, expected: string, value: unknown) =>
+      `createPartitionedIdempotencyKeysMigration(): \`${name}\` must be ${expected}, got ${JSON.stringify(value) ?? String(value)}.`,
+    layoutMismatch: (table: TableFix, partitioned: boolean) =>
+      partitioned
+        ? `IdempotencyModule: \`partitioned: true\` is set, but the key table "${table.name}" is not partitioned. Its ` +
+          `partitioned variant is created by ${table.migration}; a plain table with keys in it is moved by hand (docs/scaling.md). ` +
+          'Or leave `partitioned` out to use the plain table.'
+        : `IdempotencyModule: the key table "${table.name}" is partitioned, so the module must know to retire its partitions: ` +
+          'set `partitioned: true` in the module options.',
+    partitionedFunctionsStale: (table: TableFix) =>
+      `IdempotencyModule: the claim function of the partitioned key table "${table.name}" is not the partitioned table's ` +
+      `(a migration of the plain table ran on it, or it was replaced by hand). Run ${table.migration} again: its statements are idempotent.`,
     migrationsNeedOptions:
       'migratingDataSourceFactory(): TypeOrmModule passed no data source options. Use it inside ' +
       'TypeOrmModule.forRootAsync({ useFactory: () => ({ ...options }), dataSourceFactory: migratingDataSourceFactory() }).',
@@ -188,6 +200,11 @@ export const messages = {
       'IdempotencyModule.forRoot(...), then generate the document.',
   },
   /** `IdempotencyHealthIndicator`: what its result says; never a key, a tenant or a body. */
+  sweeper: {
+    partitions: (p: { made: number; retired: number; retiredKeys: number; postponed: boolean }) =>
+      `Retired ${p.retired} partition${p.retired === 1 ? '' : 's'} of the key table (about ${p.retiredKeys} keys); made ` +
+      `${p.made} ahead.${p.postponed ? ' A partition change did not get its lock in time and is put off to the next run.' : ''}`,
+  },
   health: {
     terminusMissing:
       'IdempotencyHealthIndicator.isHealthy() needs @nestjs/terminus: npm i @nestjs/terminus and import TerminusModule ' +
@@ -197,6 +214,19 @@ export const messages = {
     sweeperFailed: (reason: string) => `The last sweep failed: ${reason}`,
     backlog: (limit: number) =>
       `At least ${limit} expired keys wait to be swept: the sweeper is off, failing or falling behind (expired keys still count as absent).`,
+    partitionsAhead: (aheadMs: number, intervalMs: number) =>
+      aheadMs <= 0
+        ? 'No partition of the key table covers now: new keys go to its default partition. Partition upkeep (pg_partman ' +
+          "or the module's sweeper run) is not running or failing."
+        : `The newest partition of the key table ends in ${Math.round(aheadMs / 60_000)} min, less than one partition ` +
+          `(${Math.round(intervalMs / 60_000)} min) ahead: partition upkeep (pg_partman or the module's sweeper run) is falling behind.`,
+    defaultPartitionRows: (count: number, capped: boolean) =>
+      `${count}${capped ? ' or more' : ''} key${count === 1 && !capped ? '' : 's'} sit in the default partition of the key ` +
+      'table: no partition covered their time when they were claimed (upkeep fell behind). They are correct there, but ' +
+      'retired row by row; keep partitions ahead.',
+    partitionsOverdue: (count: number) =>
+      `${count} partitions of the key table hold nothing live but are still attached: retirement is off, failing, or cannot ` +
+      'get its lock (a long transaction on the key table).',
     deadLetters: (count: number, capped: boolean) =>
       `${count}${capped ? ' or more' : ''} outbox message${count === 1 && !capped ? ' is' : 's are'} dead-lettered: ` +
       'fix the cause, then redrive them (Outbox.store.redrive()).',

@@ -8,6 +8,8 @@ import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { Outbox } from '../outbox/outbox.js';
 import { IdempotencyStore } from '../core/idempotency-store.js';
 import { IdempotencySweeper } from '../sweeper/idempotency.sweeper.js';
+import { PostgresIdempotencyStore } from '../store/postgres-idempotency.store.js';
+import type { PartitionStatus } from '../store/partitioned/partition-retention.js';
 
 /**
  * The tenant of the health check's probe claims. Reserved: an application's
@@ -28,6 +30,12 @@ export interface IdempotencyHealthOptions {
   maxExpiredBacklog?: number;
   /** Dead-lettered outbox messages tolerated before the result is degraded. Default 0. */
   maxDeadLetters?: number;
+  /**
+   * Partitioned key table: partitions that hold nothing live but are still
+   * attached, tolerated before the result is degraded. Default 1 (one may be
+   * waiting for the next sweeper run).
+   */
+  maxRetirablePartitions?: number;
 }
 
 /** The key store, checked through the claim path: a probe claim, then its release. */
@@ -44,6 +52,19 @@ export type SweeperHealth = {
   message?: string;
 };
 
+/**
+ * The partitioned key table's partitions; reported when the `partitioned`
+ * option is given. Degraded when upkeep falls behind (less than one partition
+ * ahead of now, or keys in the default partition) or retirement does
+ * (partitions with nothing live still attached).
+ */
+export type PartitionsHealth = {
+  status: 'up' | 'degraded';
+  /** Absent when the status did not answer. */
+  partitions?: PartitionStatus;
+  message?: string;
+};
+
 /** The outbox's dead letters; reported when the `outbox` option is given. */
 export type OutboxHealth = {
   status: 'up' | 'degraded';
@@ -57,6 +78,7 @@ export type IdempotencyHealthReport = {
   status: IdempotencyHealthStatus;
   store: StoreHealth;
   sweeper: SweeperHealth;
+  partitions?: PartitionsHealth;
   outbox?: OutboxHealth;
 };
 
@@ -117,17 +139,21 @@ export class IdempotencyHealthIndicator {
     const maxBacklog = options.maxExpiredBacklog ?? 10_000;
     const maxDead = options.maxDeadLetters ?? 0;
     const deadLimit = maxDead + 1_000;
-    const [store, backlog, dead] = await Promise.all([
+    const partitioned = this.store instanceof PostgresIdempotencyStore && this.store.partitioned ? this.store : undefined;
+    const [store, backlog, dead, layout] = await Promise.all([
       this.probeStore(timeoutMs),
       this.store.countExpired ? settle(this.store.countExpired(maxBacklog), timeoutMs) : undefined,
       this.options.outbox.configured ? settle(this.outbox.store.countDead(deadLimit), timeoutMs) : undefined,
+      partitioned ? settle(partitioned.partitionStatus(maxBacklog), timeoutMs) : undefined,
     ]);
 
     const sweeper = this.sweeperHealth(backlog, maxBacklog);
     const outbox = dead === undefined ? undefined : outboxHealth(dead, maxDead, deadLimit);
-    const status: IdempotencyHealthStatus =
-      store.status === 'down' ? 'down' : sweeper.status === 'degraded' || outbox?.status === 'degraded' ? 'degraded' : 'up';
-    return { status, store, sweeper, ...(outbox ? { outbox } : {}) };
+    const partitions =
+      layout === undefined ? undefined : partitionsHealth(layout, maxBacklog, options.maxRetirablePartitions ?? 1);
+    const degraded = [sweeper, outbox, partitions].some((part) => part?.status === 'degraded');
+    const status: IdempotencyHealthStatus = store.status === 'down' ? 'down' : degraded ? 'degraded' : 'up';
+    return { status, store, sweeper, ...(partitions ? { partitions } : {}), ...(outbox ? { outbox } : {}) };
   }
 
   /** A claim of this process's probe key, then its release: the path every idempotent request takes first. */
@@ -184,6 +210,29 @@ export class IdempotencyHealthIndicator {
     }
     return (this.indicators = indicators);
   }
+}
+
+function partitionsHealth(
+  settled: Settled<PartitionStatus | undefined>,
+  defaultRowsLimit: number,
+  maxRetirable: number,
+): PartitionsHealth {
+  if (!settled.ok) return { status: 'degraded', message: settled.message };
+  const partitions = settled.value!;
+  const problems: string[] = [];
+  const { aheadMs, intervalMs } = partitions;
+  if (!partitions.coversNow || aheadMs === null || (intervalMs !== null && aheadMs < intervalMs)) {
+    problems.push(messages.health.partitionsAhead(partitions.coversNow ? (aheadMs ?? 0) : 0, intervalMs ?? 0));
+  }
+  if (partitions.defaultRows > 0) {
+    problems.push(messages.health.defaultPartitionRows(partitions.defaultRows, partitions.defaultRows >= defaultRowsLimit));
+  }
+  if (partitions.retirable > maxRetirable) problems.push(messages.health.partitionsOverdue(partitions.retirable));
+  return {
+    status: problems.length > 0 ? 'degraded' : 'up',
+    partitions,
+    ...(problems.length > 0 ? { message: problems.join(' ') } : {}),
+  };
 }
 
 function outboxHealth(dead: Settled<number>, maxDead: number, limit: number): OutboxHealth {

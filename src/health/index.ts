@@ -11,6 +11,7 @@ export {
   type IdempotencyHealthResult,
   type IdempotencyHealthStatus,
   type OutboxHealth,
+  type PartitionsHealth,
   type StoreHealth,
   type SweeperHealth,
 } from './idempotency-health.indicator.js';

@@ -121,9 +121,13 @@ export const FENCE_LOST_SQLSTATE = 'NI409';
  * @param tableName the key table, possibly schema-qualified
  */
 export function keyStoreFunctions(tableName: string): string[] {
+  return [claimFunction(tableName), ...completionFunctions(tableName)];
+}
+
+/** The plain table's claim function (see `keyStoreFunctions`). */
+function claimFunction(tableName: string): string {
   const t = quoteTableName(tableName);
-  return [
-    `CREATE OR REPLACE FUNCTION ${fn(t, 'claim')}(
+  return `CREATE OR REPLACE FUNCTION ${fn(t, 'claim')}(
        p_tenant text, p_key text, p_fingerprint text, p_owner uuid, p_lease_ms float8, p_ttl_ms float8, p_lock_timeout_ms float8)
      RETURNS TABLE (state text, attempt integer, generation text, retry_after integer, response_status integer,
                     response_headers jsonb, response_body bytea, recovery_point text, phase_results text)
@@ -198,7 +202,17 @@ export function keyStoreFunctions(tableName: string): string[] {
        RETURN QUERY SELECT 'in_flight'::text, NULL::integer, NULL::text, 1, NULL::integer, NULL::jsonb, NULL::bytea,
          NULL::text, NULL::text;
      END
-     $fn$`,
+     $fn$`;
+}
+
+/**
+ * The completion functions: a fenced UPDATE by tenant, key and owner token,
+ * the same on the plain and the partitioned table (where it finds the row in
+ * whichever partition holds it).
+ */
+export function completionFunctions(tableName: string): string[] {
+  const t = quoteTableName(tableName);
+  return [
     `CREATE OR REPLACE FUNCTION ${fn(t, 'complete')}(
        p_tenant text, p_key text, p_owner uuid, p_status integer, p_headers jsonb, p_body bytea, p_ttl_ms float8)
      RETURNS boolean

@@ -13,8 +13,10 @@ export function lockedTableMigration(options: {
   tableName: string;
   defaultTableName: string;
   statements: (tableName: string) => string[];
+  /** What `down` runs; default `DROP TABLE IF EXISTS`. */
+  downStatements?: (tableName: string) => string[];
 }): new () => MigrationInterface {
-  const { baseName, timestamp, tableName, defaultTableName, statements } = options;
+  const { baseName, timestamp, tableName, defaultTableName, statements, downStatements } = options;
   const migrationName =
     tableName === defaultTableName
       ? `${baseName}${timestamp}`
@@ -28,7 +30,9 @@ export function lockedTableMigration(options: {
     }
 
     async down(queryRunner: QueryRunner): Promise<void> {
-      await queryRunner.query(`DROP TABLE IF EXISTS ${quoteTableName(tableName)}`);
+      for (const statement of downStatements?.(tableName) ?? [`DROP TABLE IF EXISTS ${quoteTableName(tableName)}`]) {
+        await queryRunner.query(statement);
+      }
     }
   };
 }

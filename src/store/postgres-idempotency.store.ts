@@ -17,6 +17,7 @@ import {
 import { FENCE_LOST_SQLSTATE, keyStoreFunction, keyStoreStatements } from './key-store.sql.js';
 import { installRedactingLogger, redactQueryError, sqlMarker } from './redacting-logger.js';
 import { quoteTableName } from './identifiers.js';
+import { PartitionRetention, type PartitionStatus } from './partitioned/partition-retention.js';
 
 interface ClaimRow {
   state: 'claimed' | 'in_flight' | 'completed' | 'mismatch' | 'retry';
@@ -117,6 +118,13 @@ export interface PostgresIdempotencyStoreOptions {
    * business transactions holding the main pool. Default: the main data source.
    */
   claimDataSource?: DataSource;
+  /**
+   * The key table is the partitioned one (`createPartitionedIdempotencyKeysMigration`):
+   * `sweep` then keeps partitions made ahead and retires whole partitions
+   * instead of deleting rows. The claim and completion calls are the same
+   * (the table's functions differ). Default false.
+   */
+  partitioned?: boolean;
 }
 
 /**
@@ -133,6 +141,8 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   private readonly sweepLockKey: string;
 
   private readonly claims: DataSource;
+  /** Retention by partitions, for the partitioned table; undefined for the plain one. */
+  private readonly partitions?: PartitionRetention;
 
   constructor(
     private readonly dataSource: DataSource,
@@ -145,6 +155,17 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     this.table = quoteTableName(tableName);
     this.sweepLockKey = `nest-idempotency:sweep:${tableName}`;
     this.sql = keyStoreStatements(this.table);
+    if (options.partitioned) this.partitions = new PartitionRetention(dataSource, this.table);
+  }
+
+  /** Whether the key table is the partitioned one. */
+  get partitioned(): boolean {
+    return this.partitions !== undefined;
+  }
+
+  /** The partitioned table's partitions, for health checks; undefined for the plain table. */
+  async partitionStatus(defaultRowsLimit: number): Promise<PartitionStatus | undefined> {
+    return this.partitions?.status(defaultRowsLimit);
   }
 
   /**
@@ -279,22 +300,14 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
    * `complete_in_transaction`, which also writes the row a claim under the
    * key's lock did not.
    */
-  private completionCall(
-    client: PgClient,
-    request: ClaimRequest,
-    response: StoredResponse,
-    ttlMs: number,
-    inTransaction: boolean,
-  ) {
+  private completionCall(client: PgClient, request: ClaimRequest, response: StoredResponse, ttlMs: number, writesRow: boolean) {
     const headersJson = JSON.stringify(response.headers);
-    const strings = inTransaction
+    const strings = writesRow
       ? [request.tenant, request.key, request.fingerprint, request.ownerToken]
       : [request.tenant, request.key, request.ownerToken];
-    const name = inTransaction ? 'complete_in_transaction' : 'complete_or_raise';
+    const name = writesRow ? 'complete_in_transaction' : 'complete_or_raise';
     const call = keyStoreFunction(this.table, name);
-    const placeholders = inTransaction
-      ? '$1, $2, $3, $4::uuid, $5, $6::jsonb, $7, $8'
-      : '$1, $2, $3::uuid, $4, $5::jsonb, $6, $7';
+    const placeholders = writesRow ? '$1, $2, $3, $4::uuid, $5, $6::jsonb, $7, $8' : '$1, $2, $3::uuid, $4, $5::jsonb, $6, $7';
     const params = [...strings, response.status, headersJson, response.body, ttlMs];
     const sql = `${sqlMarker('complete')} SELECT ${call}(${placeholders}) AS completed`;
     const template = `SELECT ${call}(${placeholders})`;
@@ -385,7 +398,9 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     // claim writes the in-flight row, whose unique index serialises duplicates instead.
     const level = this.dataSource.options.isolationLevel;
     const claimFunction =
-      mode === 'request-transaction' && (!level || level === 'READ COMMITTED') ? 'claim_in_transaction' : 'claim';
+      mode === 'request-transaction' && (!level || level === 'READ COMMITTED') && !this.partitions
+        ? 'claim_in_transaction'
+        : 'claim';
     let rows: ClaimRow[] | undefined;
     let refused: unknown;
     try {
@@ -443,15 +458,24 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       void this.abandon(runner);
       return { claim };
     }
-    return { claim, attempt: this.openAttempt(runner, request, mode === 'request-transaction') };
+    return {
+      claim,
+      attempt: this.openAttempt(runner, request, mode === 'request-transaction', claimFunction === 'claim_in_transaction'),
+    };
   }
 
   /**
    * The end of an attempt begun on `runner`: the completion and the COMMIT in one round trip.
    *
-   * @param inTransaction a request-transaction claim: its work runs after a savepoint, and its completion writes the row
+   * @param inTransaction a request-transaction claim: its work runs after a savepoint
+   * @param writesRow the claim wrote no row (`claim_in_transaction`): the completion writes it
    */
-  private openAttempt(runner: QueryRunner, request: ClaimRequest, inTransaction: boolean): OpenAttempt<EntityManager> {
+  private openAttempt(
+    runner: QueryRunner,
+    request: ClaimRequest,
+    inTransaction: boolean,
+    writesRow = false,
+  ): OpenAttempt<EntityManager> {
     let ended = false;
     let openedAt = performance.now();
     // A distinct value per open attempt: it is the attempt's entry in openAttempts.
@@ -468,7 +492,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
         if (ended) throw new Error('This attempt has already ended.');
         try {
           await this.fusing(runner, 'COMMIT', async (client) => {
-            const completion = this.completionCall(client, request, response, ttlMs, inTransaction);
+            const completion = this.completionCall(client, request, response, ttlMs, writesRow);
             if (completion.text) {
               const message = (call: string) => `${sqlMarker('complete-and-commit')} ${call}; COMMIT`;
               await this.runMessage(client, message(completion.text), message(completion.template), completion.params, runner);
@@ -682,6 +706,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
         this.sweepLockKey,
       ])) as Array<{ locked: boolean }>;
       if (!locked) return { ran: false, deleted: 0, batches: 0, durationMs: Date.now() - started, restedMs: 0 };
+      if (this.partitions) return await this.partitions.run(options);
       const duty = options.dutyCycle ?? 1;
       let rested = 0;
       // At least one batch per run, so a tight budget still makes progress.
@@ -706,6 +731,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   }
 
   override async countExpired(limit: number): Promise<number> {
+    if (this.partitions) return this.partitions.countExpired(limit);
     const [row] = (await this.run(undefined, this.sql.countExpired, [limit], undefined, this.dataSource)).rows as Array<{
       expired: number;
     }>;

@@ -15,6 +15,7 @@ import { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
 import { keyStoreFunctionNames, keyStoreFunctions } from './key-store.sql.js';
 import { quoteTableName } from './identifiers.js';
 import { KEY_TABLE_COLUMNS, OUTBOX_TABLE_COLUMNS } from './sql.js';
+import { PARTITIONED_CLAIM_MARKER } from './partitioned/partitioned-key-table.sql.js';
 import { ledgerTable } from '../ledger/effect-ledger.js';
 
 /**
@@ -51,9 +52,19 @@ export async function findSchemaProblems(dataSource: DataSource, tables: readonl
   return problems;
 }
 
-/** The key table under `tableName`, as the module's migration and entity create it. */
-export function keyTable(tableName: string): RequiredTable {
+/** The key table under `tableName`, as the module's migration and entity create it (the partitioned one has no entity). */
+export function keyTable(tableName: string, partitioned = false): RequiredTable {
   const isDefault = tableName === DEFAULT_TABLE_NAME;
+  if (partitioned) {
+    return {
+      what: 'key',
+      name: tableName,
+      columns: KEY_TABLE_COLUMNS,
+      migration: isDefault
+        ? 'CreatePartitionedIdempotencyKeys1765152000000'
+        : `createPartitionedIdempotencyKeysMigration({ tableName: '${tableName}' })`,
+    };
+  }
   return {
     what: 'key',
     name: tableName,
@@ -96,14 +107,21 @@ export class IdempotencySchemaCheck implements OnModuleInit {
     // With `manualInitialization` the app connects later, itself; there is nothing to look at yet.
     if (!this.dataSource.isInitialized) return;
     const tables: RequiredTable[] = [];
-    if (this.store instanceof PostgresIdempotencyStore) tables.push(keyTable(this.store.tableName));
+    const keys =
+      this.store instanceof PostgresIdempotencyStore ? keyTable(this.store.tableName, this.store.partitioned) : undefined;
+    if (keys) tables.push(keys);
     if (this.options.outbox.configured) tables.push(outboxTable(this.options.outbox.tableName));
     if (this.options.ledger.configured) tables.push(ledgerTable(this.options.ledger.tableName));
     const problems = await findSchemaProblems(this.dataSource, tables);
-    if (problems.length === 0 && this.store instanceof PostgresIdempotencyStore) {
-      problems.push(...(await this.checkFunctions(keyTable(this.store.tableName))));
+    if (problems.length === 0 && keys && this.store instanceof PostgresIdempotencyStore) {
+      problems.push(...(await this.checkLayout(keys, this.store.partitioned)));
+      if (problems.length === 0) problems.push(...(await this.checkFunctions(keys, this.store.partitioned)));
     }
     if (problems.length > 0) throw new IdempotencyConfigurationError(problems.join('\n'));
+  }
+
+  private checkLayout(table: RequiredTable, partitioned: boolean): Promise<string[]> {
+    return layoutProblems(this.dataSource, table, partitioned);
   }
 
   /**
@@ -112,16 +130,42 @@ export class IdempotencySchemaCheck implements OnModuleInit {
    * module creates them itself (idempotent, under the migration's lock);
    * otherwise a missing one names the migration.
    */
-  private async checkFunctions(table: RequiredTable): Promise<string[]> {
+  private async checkFunctions(table: RequiredTable, partitioned: boolean): Promise<string[]> {
     const missing = await missingFunctions(this.dataSource, table.name);
-    if (missing.length === 0) return [];
-    if (!this.dataSource.options.synchronize) return [messages.config.functionsMissing(table, missing)];
+    if (missing.length === 0) {
+      return partitioned && !(await hasPartitionedClaim(this.dataSource, table.name))
+        ? [messages.config.partitionedFunctionsStale(table)]
+        : [];
+    }
+    if (!this.dataSource.options.synchronize || partitioned) return [messages.config.functionsMissing(table, missing)];
     await this.dataSource.transaction(async (tx) => {
       await tx.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`nest-idempotency:migrate:${table.name}`]);
       for (const statement of keyStoreFunctions(table.name)) await tx.query(statement);
     });
     return [];
   }
+}
+
+/**
+ * Whether the key table is partitioned as the options say: the partitioned
+ * table needs its partitions retired (and a plain table's claim function would
+ * fail on it), the plain one its rows swept.
+ */
+async function layoutProblems(dataSource: DataSource, table: RequiredTable, partitioned: boolean): Promise<string[]> {
+  const [row] = (await dataSource.query(`SELECT relkind = 'p' AS partitioned FROM pg_class WHERE oid = to_regclass($1)`, [
+    quoteTableName(table.name),
+  ])) as Array<{ partitioned: boolean }>;
+  return row && row.partitioned !== partitioned ? [messages.config.layoutMismatch(table, partitioned)] : [];
+}
+
+/** Whether the claim function is the partitioned table's (its marker comment), not one a plain table's migration put there. */
+async function hasPartitionedClaim(dataSource: DataSource, tableName: string): Promise<boolean> {
+  const [claim] = keyStoreFunctionNames(tableName);
+  const [row] = (await dataSource.query('SELECT position($2 IN prosrc) > 0 AS marked FROM pg_proc WHERE oid = to_regproc($1)', [
+    claim,
+    PARTITIONED_CLAIM_MARKER,
+  ])) as Array<{ marked: boolean }>;
+  return row?.marked === true;
 }
 
 /** Which of the key table's functions (`keyStoreFunctions`) do not exist, as the store names them. */

@@ -5,6 +5,7 @@ import { IDEMPOTENCY_OBSERVER, IDEMPOTENCY_OPTIONS } from '../idempotency.consta
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { IdempotencyStore, type SweepResult } from '../core/idempotency-store.js';
 import { scheduleInterval } from './scheduler-registry.js';
+import { messages } from '../errors/messages.js';
 
 /** What the last run of the sweeper in this process did. */
 export interface SweepReport extends SweepResult {
@@ -13,7 +14,8 @@ export interface SweepReport extends SweepResult {
 }
 
 /**
- * Deletes expired keys on a schedule registered at runtime with
+ * Deletes expired keys (on the partitioned table: retires whole partitions,
+ * and keeps partitions made ahead) on a schedule registered at runtime with
  * `@nestjs/schedule`'s `SchedulerRegistry` (an optional peer: loaded only when
  * the sweeper is enabled). Correctness never depends on it: the claim treats
  * an expired key as absent whether or not it was swept.
@@ -64,6 +66,7 @@ export class IdempotencySweeper implements OnApplicationBootstrap, OnApplication
         this.logger.log(
           `Swept ${result.deleted} expired keys in ${result.batches} batches, ${result.durationMs} ms (${result.restedMs} ms resting).`,
         );
+        if (result.partitions) this.logger.log(messages.sweeper.partitions(result.partitions));
       } else {
         this.logger.debug('Another process is sweeping; skipped.');
       }

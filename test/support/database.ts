@@ -1,6 +1,11 @@
 import pg from 'pg';
 import { DataSource, type DataSourceOptions, type LoggerOptions, type Logger as TypeOrmLogger } from 'typeorm';
 import { createOutboxStatements, createTableStatements } from '../../src/store/sql.js';
+import {
+  createPartitionedTableStatements,
+  DEFAULT_PARTITION_LAYOUT,
+} from '../../src/store/partitioned/partitioned-key-table.sql.js';
+import { keyTableKind } from './key-table.js';
 
 export function databaseUrl(): string {
   const url = process.env.DATABASE_URL;
@@ -13,16 +18,28 @@ export function databaseUrl(): string {
  * against one database. Returns its name after (re)creating it empty.
  */
 export async function freshSchema(name: string): Promise<string> {
-  const schema = `t_${name.replace(/[^a-z0-9_]/gi, '_').toLowerCase()}`;
+  const suffix = keyTableKind() === 'partitioned' ? '_partitioned' : '';
+  const schema = `t_${name.replace(/[^a-z0-9_]/gi, '_').toLowerCase()}${suffix}`;
   const client = new pg.Client({ connectionString: databaseUrl() });
   await client.connect();
   try {
+    await forgetPartman(client, schema);
     await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
     await client.query(`CREATE SCHEMA "${schema}"`);
   } finally {
     await client.end();
   }
   return schema;
+}
+
+/** Drops pg_partman's records of the schema's tables, where pg_partman is installed. */
+async function forgetPartman(client: pg.Client, schema: string): Promise<void> {
+  const { rows } = await client.query<{ partman: string | null }>(
+    `SELECT extnamespace::regnamespace::text AS partman FROM pg_extension WHERE extname = 'pg_partman'`,
+  );
+  if (rows[0]?.partman) {
+    await client.query(`DELETE FROM ${rows[0].partman}.part_config WHERE split_part(parent_table, '.', 1) = $1`, [schema]);
+  }
 }
 
 /** Counts the SQL statements a data source sends (the round trips of a path). */
@@ -56,12 +73,19 @@ export function dataSourceOptions(
   } as DataSourceOptions;
 }
 
-/** Creates the key table and the test's effect table in `schema`. */
+/** The DDL of the key table in use (see key-table.ts): the plain table's, or the partitioned one's with daily partitions. */
+export function keyTableStatements(tableName = 'idempotency_keys'): string[] {
+  return keyTableKind() === 'partitioned'
+    ? createPartitionedTableStatements(tableName, DEFAULT_PARTITION_LAYOUT)
+    : createTableStatements(tableName);
+}
+
+/** Creates the key table (plain or partitioned, see key-table.ts) and the test's effect table in `schema`. */
 export async function createTables(schema: string, tableName = 'idempotency_keys'): Promise<void> {
   const client = new pg.Client({ connectionString: databaseUrl(), options: `-c search_path=${schema}` });
   await client.connect();
   try {
-    for (const statement of createTableStatements(tableName)) await client.query(statement);
+    for (const statement of keyTableStatements(tableName)) await client.query(statement);
     await client.query(`CREATE TABLE IF NOT EXISTS effects (
       id bigserial PRIMARY KEY, tenant text NOT NULL, label text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`);
   } finally {

@@ -20,7 +20,7 @@ declare global {
  */
 export default async function globalSetup(): Promise<void> {
   await probeBrokers();
-  if (process.env.DATABASE_URL) return;
+  if (process.env.DATABASE_URL) return installPartman(process.env.DATABASE_URL);
   const { startEmbeddedPostgres } = (await import(HELPER)) as typeof import('../../sample-app/embedded-postgres.js');
   const dataDir = await mkdtemp(join(tmpdir(), 'idempotency-test-pg-'));
   const db = await startEmbeddedPostgres({ dataDir, database: 'test', persistent: false, log: (l) => console.error(l) });
@@ -49,4 +49,25 @@ async function probeBrokers(): Promise<void> {
     );
   }
   console.log(`\nNo answer from ${list.join('; ')}: the suites that need it will not run (listed at the end).`);
+}
+
+/**
+ * Where the server has pg_partman (Debian's postgresql-15-partman, which .ci/run
+ * installs), the partitioned key table's specs use it: the extension is created
+ * here, once, before the workers start. The embedded server has none, and the
+ * module then makes the partitions itself.
+ */
+async function installPartman(url: string): Promise<void> {
+  const { default: pg } = await import('pg');
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    const { rows } = await client.query(`SELECT 1 FROM pg_available_extensions WHERE name = 'pg_partman'`);
+    if (rows.length > 0) {
+      await client.query('CREATE SCHEMA IF NOT EXISTS partman');
+      await client.query('CREATE EXTENSION IF NOT EXISTS pg_partman SCHEMA partman');
+    }
+  } finally {
+    await client.end();
+  }
 }

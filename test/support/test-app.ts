@@ -34,6 +34,7 @@ import {
   type IdempotencyModuleOptions,
 } from '../../src/index.js';
 import { dataSourceOptions } from './database.js';
+import { keyTableOptions } from './key-table.js';
 
 export type AdapterName = 'express' | 'fastify';
 export const ADAPTERS: AdapterName[] = ['express', 'fastify'];
@@ -400,6 +401,7 @@ export async function startTestApp(
         },
         sweep: false,
         replayHeaders: ['X-Custom-Replayed'],
+        ...keyTableOptions(),
         ...options,
       }),
     ],

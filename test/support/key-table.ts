@@ -1,0 +1,23 @@
+/**
+ * Which key table a spec file runs against. The plain table by default; a
+ * spec file that calls `useKeyTable('partitioned')` before importing the
+ * shared suites (test/partitioned-table.e2e.spec.ts) runs them against the
+ * partitioned table instead. Jest gives every spec file a module registry of
+ * its own, so the choice never leaks into another file.
+ */
+export type KeyTableKind = 'plain' | 'partitioned';
+
+let kind: KeyTableKind = 'plain';
+
+export function useKeyTable(table: KeyTableKind): void {
+  kind = table;
+}
+
+export function keyTableKind(): KeyTableKind {
+  return kind;
+}
+
+/** The module and store options that go with the key table in use. */
+export function keyTableOptions(): { partitioned?: boolean } {
+  return kind === 'partitioned' ? { partitioned: true } : {};
+}
