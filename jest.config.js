@@ -22,4 +22,9 @@ export default {
   reporters: ['default', '<rootDir>/test/support/not-run-reporter.js'],
   testTimeout: 60_000,
   maxWorkers: 2,
+  // Native ESM mode keeps every spec file's module graph alive in its worker (8 MB a file for importing Nest
+  // and the module alone, about 25 MB for an e2e file, measured after GC on Node 20), so a worker ended a
+  // full run at over 1 GB, and on a loaded machine took longer than Jest's 500 ms to exit: "A worker process
+  // has failed to exit gracefully", with no handle left open. Jest restarts a worker past this instead.
+  workerIdleMemoryLimit: '512MB',
 };

@@ -15,4 +15,6 @@ export default {
   globalSetup: '<rootDir>/test/reliability/support/global-setup.ts',
   testTimeout: 300_000,
   maxWorkers: 1,
+  // In band, as before: the scenarios are few and long, and a memory limit would move them into a worker.
+  workerIdleMemoryLimit: undefined,
 };
