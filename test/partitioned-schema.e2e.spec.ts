@@ -85,7 +85,9 @@ describe.each(LAYOUTS)('the %s key table leads with the tenant', (layout, statem
       const lookups = source.match(/(\w+\.)?key = p_key/g) ?? [];
       const tenantFirst = source.match(/(\w+\.)?tenant_id = p_tenant AND (\w+\.)?key = p_key/g) ?? [];
       // The two that call another function or only insert (their conflict target is checked below) look nothing up.
-      const looksUp = !['idempotency_keys_complete_or_raise', 'idempotency_keys_complete_in_transaction'].includes(row.proname);
+      const looksUp = !['idempotency_keys_complete_or_raise', 'idempotency_keys_complete_in_transaction'].includes(
+        row.proname as string,
+      );
       if (looksUp) expect(lookups.length).toBeGreaterThan(0);
       expect({ name: row.proname, lookups: tenantFirst.length }).toEqual({ name: row.proname, lookups: lookups.length });
       for (const target of source.match(/ON CONFLICT \(([^)]*)\)/g) ?? []) expect(target).toMatch(/^ON CONFLICT \(tenant_id,/);

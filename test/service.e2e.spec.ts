@@ -174,6 +174,15 @@ describe.each(ADAPTERS)('database round trips per path over %s', (adapter) => {
       expect((await post(api.url, '/items', { label, changed: true }, 'k1')).status).toBe(422);
       await answeredAfterOne();
 
+      // Mostly replays (a retrying client): the claim pool answers them, one message each and no transaction opened.
+      for (let i = 0; i < 30; i++) await post(api.url, '/items', { label }, 'k1');
+      await new Promise((r) => setTimeout(r, 50));
+      counter.reset();
+      expect((await post(api.url, '/items', { label }, 'k1')).headers['idempotent-replayed']).toBe('true');
+      await new Promise((r) => setTimeout(r, 50));
+      expect(counter.queries).toHaveLength(1);
+      expect(counter.queries[0]).toMatch(/^\/\* nest-idempotency:claim \*\/ BEGIN; SET LOCAL synchronous_commit TO off; SELECT/);
+
       api.probe.delays.set('slow-rt', [800]);
       const slow = post(api.url, '/slow', { label: 'slow-rt' }, 'k2');
       await new Promise((r) => setTimeout(r, 300));

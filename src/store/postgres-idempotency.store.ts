@@ -97,6 +97,9 @@ interface PgPool {
 /** Bodies up to this size are sent inline (hex) with the COMMIT; larger ones as a binary parameter, one more round trip. */
 const INLINE_BODY_LIMIT = 64 * 1024;
 
+/** Past this share of claims answered without claiming, the claim pool is asked first (see `answeredShare`). */
+const MOSTLY_ANSWERED = 0.5;
+
 /** Longest expected wait for a business connection at which the claim still goes on it (see `mainPoolHasRoom`). */
 const FUSED_CLAIM_MAX_WAIT_MS = 10;
 
@@ -376,8 +379,9 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
    */
   override async begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs = 0): Promise<Begun<EntityManager>> {
     if (this.options.preparedStatements) return super.begin(request, mode, lockTimeoutMs);
-    if (mode === 'separate' && !this.mainPoolHasRoom()) {
+    if (mode === 'separate' && (this.answeredShare > MOSTLY_ANSWERED || !this.mainPoolHasRoom())) {
       const claim = await this.claim(request);
+      this.noteClaim(claim);
       if (claim.state !== 'claimed') return { claim };
       const runner = this.dataSource.createQueryRunner();
       try {
@@ -453,6 +457,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       throw refused ?? new Error('The claim returned no row.');
     }
     const claim = this.claimResult(rows[0], request);
+    if (mode === 'separate') this.noteClaim(claim);
     if (claim.state !== 'claimed') {
       // Nothing to do in the transaction just opened: the answer need not wait for its ROLLBACK.
       void this.abandon(runner);
@@ -625,6 +630,19 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     const now = performance.now();
     for (const openedAt of this.openAttempts) if (now - openedAt > FUSED_CLAIM_MAX_WAIT_MS) return false;
     return true;
+  }
+
+  /**
+   * The share of recent separate claims answered without a claim (replays,
+   * 409s, 422s), a moving average. For those the claim's message opened a
+   * business transaction for nothing, rolled back after the answer: while
+   * they are most of the traffic (a retry storm, a replaying client), claims
+   * go to the claim pool first, one round trip each and no transaction.
+   */
+  private answeredShare = 0;
+
+  private noteClaim(claim: ClaimResult): void {
+    this.answeredShare = this.answeredShare * 0.95 + (claim.state === 'claimed' ? 0 : 0.05);
   }
 
   /** When each attempt still open on the business pool began. */
