@@ -42,18 +42,8 @@ export const OUTBOX_TABLE_COLUMNS: readonly string[] = [
   'delivered_at',
 ];
 
-/**
- * The DDL of the key table, shared by the migration and the documentation so
- * they cannot drift: the table, the sweeper's index on `expires_at`, and the
- * claim and completion functions (see `keyStoreFunctions`).
- */
-export function createTableStatements(tableName: string): string[] {
-  const table = quoteTableName(tableName);
-  // An index always lives in its table's schema, so its name is never qualified.
-  const indexName = quoteTableName(`${tableName.split('.').pop()}_expires_at_idx`);
-  return [
-    `CREATE TABLE IF NOT EXISTS ${table} (
-      tenant_id text NOT NULL,
+/** The key table's columns, as both its layouts (plain and partitioned) create them; each line ends with a comma. */
+export const KEY_TABLE_COLUMN_DEFINITIONS = `tenant_id text NOT NULL,
       key text NOT NULL,
       fingerprint text NOT NULL,
       status text NOT NULL CHECK (status IN ('in_flight', 'completed')),
@@ -68,7 +58,20 @@ export function createTableStatements(tableName: string): string[] {
       response_headers jsonb,
       response_body bytea,
       recovery_point text,
-      phase_results text,
+      phase_results text,`;
+
+/**
+ * The DDL of the key table, shared by the migration and the documentation so
+ * they cannot drift: the table, the sweeper's index on `expires_at`, and the
+ * claim and completion functions (see `keyStoreFunctions`).
+ */
+export function createTableStatements(tableName: string): string[] {
+  const table = quoteTableName(tableName);
+  // An index always lives in its table's schema, so its name is never qualified.
+  const indexName = quoteTableName(`${tableName.split('.').pop()}_expires_at_idx`);
+  return [
+    `CREATE TABLE IF NOT EXISTS ${table} (
+      ${KEY_TABLE_COLUMN_DEFINITIONS}
       PRIMARY KEY (tenant_id, key)
     )`,
     `CREATE INDEX IF NOT EXISTS ${indexName} ON ${table} (expires_at)`,

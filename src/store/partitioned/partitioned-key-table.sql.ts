@@ -1,5 +1,6 @@
 import { quoteTableName } from '../identifiers.js';
 import { completionFunctions, keyStoreFunction } from '../key-store.sql.js';
+import { KEY_TABLE_COLUMN_DEFINITIONS } from '../sql.js';
 import { sqlMarker } from '../redacting-logger.js';
 
 /**
@@ -101,22 +102,7 @@ export function createPartitionedTableStatements(tableName: string, layout: Part
   const base = tableName.split('.').pop()!;
   return [
     `CREATE TABLE IF NOT EXISTS ${t} (
-      tenant_id text NOT NULL,
-      key text NOT NULL,
-      fingerprint text NOT NULL,
-      status text NOT NULL CHECK (status IN ('in_flight', 'completed')),
-      owner_token uuid NOT NULL,
-      generation uuid,
-      attempt integer NOT NULL DEFAULT 1,
-      lease_expires_at timestamptz NOT NULL,
-      expires_at timestamptz NOT NULL,
-      created_at timestamptz NOT NULL DEFAULT now(),
-      completed_at timestamptz,
-      response_status integer,
-      response_headers jsonb,
-      response_body bytea,
-      recovery_point text,
-      phase_results text,
+      ${KEY_TABLE_COLUMN_DEFINITIONS}
       PRIMARY KEY (tenant_id, key, created_at)
     ) PARTITION BY RANGE (created_at)`,
     // Serves the retirement check (is anything in this partition still live?) and the default partition's sweep.
