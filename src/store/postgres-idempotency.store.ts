@@ -17,6 +17,7 @@ import {
 import { FENCE_LOST_SQLSTATE, keyStoreFunction, keyStoreStatements } from './key-store.sql.js';
 import { installRedactingLogger, redactQueryError, sqlMarker } from './redacting-logger.js';
 import { quoteTableName } from './identifiers.js';
+import { deleteInPacedBatches } from './paced-batches.js';
 import { PartitionRetention, type PartitionStatus } from './partitioned/partition-retention.js';
 
 interface ClaimRow {
@@ -716,8 +717,6 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   async sweep(options: SweepOptions): Promise<SweepResult> {
     const started = Date.now();
     const lockRunner = this.dataSource.createQueryRunner();
-    let batches = 0;
-    let deleted = 0;
     try {
       await lockRunner.startTransaction();
       const [{ locked }] = (await lockRunner.query('SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)) AS locked', [
@@ -725,23 +724,12 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       ])) as Array<{ locked: boolean }>;
       if (!locked) return { ran: false, deleted: 0, batches: 0, durationMs: Date.now() - started, restedMs: 0 };
       if (this.partitions) return await this.partitions.run(options);
-      const duty = options.dutyCycle ?? 1;
-      let rested = 0;
-      // At least one batch per run, so a tight budget still makes progress.
-      for (;;) {
-        const batchStarted = Date.now();
-        const count = (await this.run(undefined, this.sql.sweepBatch, [options.batchSize], undefined, this.dataSource)).affected;
-        batches++;
-        deleted += count;
-        if (count < options.batchSize) break;
-        const rest = duty < 1 ? ((Date.now() - batchStarted) * (1 - duty)) / duty : 0;
-        if (Date.now() + rest - started >= options.maxDurationMs) break;
-        if (rest > 0) {
-          await new Promise((resolve) => setTimeout(resolve, rest));
-          rested += rest;
-        }
-      }
-      return { ran: true, deleted, batches, durationMs: Date.now() - started, restedMs: Math.round(rested) };
+      const run = await deleteInPacedBatches(
+        async () => (await this.run(undefined, this.sql.sweepBatch, [options.batchSize], undefined, this.dataSource)).affected,
+        options,
+        started,
+      );
+      return { ran: true, ...run, durationMs: Date.now() - started };
     } finally {
       if (lockRunner.isTransactionActive) await lockRunner.rollbackTransaction().catch(() => undefined);
       await lockRunner.release();

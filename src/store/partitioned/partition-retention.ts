@@ -1,5 +1,6 @@
 import type { DataSource } from 'typeorm';
 import type { SweepOptions, SweepResult } from '../../core/idempotency-store.js';
+import { deleteInPacedBatches } from '../paced-batches.js';
 import { partitionedRetentionStatements } from './partitioned-key-table.sql.js';
 
 /** SQLSTATE of a lock wait that ran past `lock_timeout`. */
@@ -98,32 +99,20 @@ export class PartitionRetention {
   /** The default partition's expired rows, in batches paced like the plain sweeper's. */
   private async sweepDefault(options: SweepOptions, started: number) {
     const defaultPartition = await this.defaultPartition();
-    let deleted = 0;
-    let batches = 0;
-    let restedMs = 0;
-    if (!defaultPartition) return { deleted, batches, restedMs };
+    if (!defaultPartition) return { deleted: 0, batches: 0, restedMs: 0 };
     const sweep = this.sql.sweepDefault(defaultPartition);
-    const duty = options.dutyCycle ?? 1;
-    for (;;) {
-      const batchStarted = Date.now();
-      const runner = this.dataSource.createQueryRunner();
-      let count: number;
-      try {
-        count = ((await runner.query(sweep, [options.batchSize], true)) as { affected?: number }).affected ?? 0;
-      } finally {
-        await runner.release();
-      }
-      batches++;
-      deleted += count;
-      if (count < options.batchSize) break;
-      const rest = duty < 1 ? ((Date.now() - batchStarted) * (1 - duty)) / duty : 0;
-      if (Date.now() + rest - started >= options.maxDurationMs) break;
-      if (rest > 0) {
-        await new Promise((resolve) => setTimeout(resolve, rest));
-        restedMs += rest;
-      }
-    }
-    return { deleted, batches, restedMs: Math.round(restedMs) };
+    return deleteInPacedBatches(
+      async () => {
+        const runner = this.dataSource.createQueryRunner();
+        try {
+          return ((await runner.query(sweep, [options.batchSize], true)) as { affected?: number }).affected ?? 0;
+        } finally {
+          await runner.release();
+        }
+      },
+      options,
+      started,
+    );
   }
 
   private async defaultPartition(): Promise<string | undefined> {
