@@ -157,6 +157,28 @@ describe('sweeping expired keys', () => {
     ).rows[0];
     expect(Number(completed.ttl)).toBeCloseTo(120, 3);
   });
+
+  it('takes the sweep lock per table: a same-named key table in another schema sweeps meanwhile', async () => {
+    const other = await freshSchema('sweeper_other_schema');
+    await createTables(other);
+    const otherSource = await openDataSource(dataSourceOptions(other));
+    const holder = await sqlClient(schema);
+    try {
+      // What a sweep of this schema's table holds while it runs.
+      await holder.query('BEGIN');
+      await holder.query(
+        "SELECT pg_advisory_xact_lock(hashtextextended('nest-idempotency:sweep:' || to_regclass('\"idempotency_keys\"')::oid::text, 0))",
+      );
+      const options = { batchSize: 10, maxDurationMs: 1_000 };
+      expect((await stores[0].sweep(options)).ran).toBe(false);
+      const otherStore = new PostgresIdempotencyStore(otherSource, 'idempotency_keys', keyTableOptions());
+      expect((await otherStore.sweep(options)).ran).toBe(true);
+    } finally {
+      await holder.query('ROLLBACK');
+      await holder.end();
+      await otherSource.destroy();
+    }
+  });
 });
 
 describe('the scheduled sweeper', () => {

@@ -98,6 +98,9 @@ interface PgPool {
 /** Bodies up to this size are sent inline (hex) with the COMMIT; larger ones as a binary parameter, one more round trip. */
 const INLINE_BODY_LIMIT = 64 * 1024;
 
+/** Names the sweep's advisory lock, with the key table's oid after it. */
+const SWEEP_LOCK_PREFIX = 'nest-idempotency:sweep:';
+
 /** Past this share of claims answered without claiming, the claim pool is asked first (see `answeredShare`). */
 const MOSTLY_ANSWERED = 0.5;
 
@@ -142,7 +145,6 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   /** The key table, possibly schema-qualified, as given (unquoted). */
   readonly tableName: string;
   private readonly sql: ReturnType<typeof keyStoreStatements>;
-  private readonly sweepLockKey: string;
 
   private readonly claims: DataSource;
   /** Retention by partitions, for the partitioned table; undefined for the plain one. */
@@ -157,7 +159,6 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     this.claims = options.claimDataSource ?? dataSource;
     this.tableName = tableName;
     this.table = quoteTableName(tableName);
-    this.sweepLockKey = `nest-idempotency:sweep:${tableName}`;
     this.sql = keyStoreStatements(this.table);
     if (options.partitioned) this.partitions = new PartitionRetention(dataSource, this.table);
   }
@@ -719,9 +720,11 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     const lockRunner = this.dataSource.createQueryRunner();
     try {
       await lockRunner.startTransaction();
-      const [{ locked }] = (await lockRunner.query('SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)) AS locked', [
-        this.sweepLockKey,
-      ])) as Array<{ locked: boolean }>;
+      // The table as PostgreSQL resolves it (its oid): same-named tables in two schemas are two sweeps, not one lock.
+      const [{ locked }] = (await lockRunner.query(
+        'SELECT pg_try_advisory_xact_lock(hashtextextended($1 || coalesce(to_regclass($2)::oid::text, $2), 0)) AS locked',
+        [SWEEP_LOCK_PREFIX, this.table],
+      )) as Array<{ locked: boolean }>;
       if (!locked) return { ran: false, deleted: 0, batches: 0, durationMs: Date.now() - started, restedMs: 0 };
       if (this.partitions) return await this.partitions.run(options);
       const run = await deleteInPacedBatches(
