@@ -97,6 +97,28 @@ describe('sweeping expired keys', () => {
     expect(paced.restedMs).toBeLessThanOrEqual(3 * working + 1);
   });
 
+  it('holds back no VACUUM while it runs: its lock transaction keeps no snapshot between batches', async () => {
+    await db.query('TRUNCATE idempotency_keys');
+    await seed(db, 'x-', 3000, 'expired-completed');
+    // Long rests between small batches, so the lock transaction is seen idle between them.
+    const sweeping = stores[0].sweep({ batchSize: 100, maxDurationMs: 60_000, dutyCycle: 0.2 });
+    let done = false;
+    void sweeping.finally(() => (done = true));
+    const horizons: Array<string | null> = [];
+    while (!done) {
+      const { rows } = await db.query<{ xmin: string | null }>(
+        `SELECT backend_xmin::text AS xmin FROM pg_stat_activity
+          WHERE datname = current_database() AND state = 'idle in transaction' AND query LIKE '%pg_try_advisory_xact_lock%'`,
+      );
+      horizons.push(...rows.map((row) => row.xmin));
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    expect((await sweeping).deleted).toBe(3000);
+    expect(horizons.length).toBeGreaterThan(0);
+    // A held xmin would keep every row the sweep deletes (in any table of the database) from being vacuumed until it ends.
+    expect(horizons.filter((xmin) => xmin !== null)).toEqual([]);
+  });
+
   it('two instances sweeping at once: one works, the other stands aside', async () => {
     await db.query('TRUNCATE idempotency_keys');
     await seed(db, 'c-', 60_000, 'expired-completed');

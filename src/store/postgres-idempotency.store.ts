@@ -720,10 +720,15 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     const lockRunner = this.dataSource.createQueryRunner();
     try {
       await lockRunner.startTransaction();
+      const client = (await lockRunner.connect()) as PgClient;
+      const [prefix, table] = [SWEEP_LOCK_PREFIX, this.table].map((value) => client.escapeLiteral(value));
       // The table as PostgreSQL resolves it (its oid): same-named tables in two schemas are two sweeps, not one lock.
+      // Literals, not parameters: a parameterised statement leaves its unnamed portal, and the portal's snapshot,
+      // open until the next statement, and this transaction then sits idle for the whole run holding back the
+      // xmin horizon: no VACUUM anywhere in the database could remove what the sweep deletes, and each batch
+      // would walk the index entries of every row deleted before it (a 5M-row sweep slowed to a crawl).
       const [{ locked }] = (await lockRunner.query(
-        'SELECT pg_try_advisory_xact_lock(hashtextextended($1 || coalesce(to_regclass($2)::oid::text, $2), 0)) AS locked',
-        [SWEEP_LOCK_PREFIX, this.table],
+        `SELECT pg_try_advisory_xact_lock(hashtextextended(${prefix} || coalesce(to_regclass(${table})::oid::text, ${table}), 0)) AS locked`,
       )) as Array<{ locked: boolean }>;
       if (!locked) return { ran: false, deleted: 0, batches: 0, durationMs: Date.now() - started, restedMs: 0 };
       if (this.partitions) return await this.partitions.run(options);
