@@ -91,6 +91,16 @@ export class AppProcess {
     return expect(await this.request({ type: 'cpu' }), 'cpu').micros;
   }
 
+  /** Starts the app's CPU profiler (see bench/profile.ts). */
+  async profileStart(): Promise<void> {
+    await this.request({ type: 'profile-start' });
+  }
+
+  /** Stops the app's CPU profiler and has it write the profile (`.cpuprofile`, Chrome DevTools' format) to `path`. */
+  async profileStop(path: string): Promise<void> {
+    await this.request({ type: 'profile-stop', path });
+  }
+
   /** Asks the app to close (Nest shutdown, pool ended) and waits for its process to exit. */
   async close(): Promise<void> {
     if (this.exited) return;

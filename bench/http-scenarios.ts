@@ -18,7 +18,7 @@ import { median, round, summarize, type LatencySummary } from './stats.js';
 
 /** Same request body everywhere, so every route parses and fingerprints the same bytes. */
 const CHARGE = { amount: 1999, currency: 'usd', customer: BENCH_CUSTOMER, description: 'Benchmark charge' };
-const BODY = JSON.stringify(CHARGE);
+export const BODY = JSON.stringify(CHARGE);
 
 export type VariantName =
   | 'bare'
@@ -53,7 +53,7 @@ interface Variant {
   connections?: 'peer';
   what: string;
 }
-const VARIANTS: Record<VariantName, Variant> = {
+export const VARIANTS: Record<VariantName, Variant> = {
   bare: { path: '/bare/charges', keys: 'new', what: 'handler opens its own TypeORM transaction, no module' },
   module: { path: '/idem/charges', keys: 'new', what: '@Idempotent(), a new key per request' },
   floor: {
@@ -404,7 +404,7 @@ async function replayUnderSaturation(
 }
 
 /** Completed keys for the replay variant, made through the module itself. */
-async function createCompletedKeys(app: AppProcess, config: BenchConfig, prefix: string): Promise<string[]> {
+export async function createCompletedKeys(app: AppProcess, config: BenchConfig, prefix: string): Promise<string[]> {
   const keys: string[] = [];
   const run = await runLoad({
     url: app.url,
@@ -440,11 +440,11 @@ interface CpuSpent {
   loader: number;
 }
 
-async function cpuNow(app: AppProcess, cpu: BackendCpu): Promise<CpuSnapshot> {
+export async function cpuNow(app: AppProcess, cpu: BackendCpu): Promise<CpuSnapshot> {
   return { app: await app.cpuMicros(), postgres: await cpu.snapshot(), loader: process.cpuUsage() };
 }
 
-async function cpuSince(app: AppProcess, cpu: BackendCpu, before: CpuSnapshot): Promise<CpuSpent> {
+export async function cpuSince(app: AppProcess, cpu: BackendCpu, before: CpuSnapshot): Promise<CpuSpent> {
   const loader = process.cpuUsage(before.loader);
   const app_ = (await app.cpuMicros()) - before.app;
   const postgresMs = BackendCpu.since(before.postgres, await cpu.snapshot());

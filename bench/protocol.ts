@@ -15,6 +15,9 @@ export type RunnerRequest =
   | { id: number; type: 'count-stop' }
   | { id: number; type: 'cpu' }
   | { id: number; type: 'pool-state' }
+  /** Starts the V8 CPU profiler in the app (bench/profile.ts); `profile-stop` writes the profile to `path`. */
+  | { id: number; type: 'profile-start' }
+  | { id: number; type: 'profile-stop'; path: string }
   | { id: number; type: 'close' };
 
 export type AppReply =
