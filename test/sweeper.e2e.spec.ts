@@ -119,6 +119,25 @@ describe('sweeping expired keys', () => {
     expect(horizons.filter((xmin) => xmin !== null)).toEqual([]);
   });
 
+  it('moves along the expiry order batch after batch, past the rows it must keep, and deletes every expired row', async () => {
+    await db.query('TRUNCATE idempotency_keys');
+    // Rows the sweep must keep (valid leases) expired first, at the front of the order; the expired ones after them,
+    // several sharing each expiry instant, so batches end in the middle of one.
+    await seed(db, 'held-', 300, 'expired-in-flight-valid-lease');
+    await db.query(
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, response_status, created_at)
+       SELECT 'tenant', 'old-' || g, 'fp', 'completed', gen_random_uuid(), now() - interval '1 hour',
+              date_trunc('second', now()) - interval '10 minutes' + (g / 7) * interval '1 millisecond', 201, ${seededAt()}
+         FROM generate_series(1, 4000) AS g`,
+    );
+    await seed(db, 'live-', 50, 'fresh-completed');
+    const result = await stores[0].sweep({ batchSize: 250, maxDurationMs: 60_000 });
+    expect(result).toMatchObject({ ran: true, deleted: 4000, batches: 17 });
+    expect(await count(`key LIKE 'old-%'`)).toBe(0);
+    expect(await count(`key LIKE 'held-%'`)).toBe(300);
+    expect(await count(`key LIKE 'live-%'`)).toBe(50);
+  });
+
   it('two instances sweeping at once: one works, the other stands aside', async () => {
     await db.query('TRUNCATE idempotency_keys');
     await seed(db, 'c-', 60_000, 'expired-completed');

@@ -21,7 +21,8 @@ import { quoteTableName } from './identifiers.js';
  * Parameters: claim ($1 tenant, $2 key, $3 fingerprint, $4 owner token,
  * $5 lease ms, $6 ttl ms, $7 lock timeout ms or null); renewLease ($1-$3, $4 lease ms); complete ($1-$3 tenant, key, owner token, $4 status,
  * $5 headers, $6 body, $7 ttl ms); recordPhase ($1-$3, $4 recovery point,
- * $5 results, $6 lease ms); release ($1-$3); sweepBatch ($1 batch size);
+ * $5 results, $6 lease ms); release ($1-$3); sweepBatch ($1 batch size, $2 the
+ * `last` expiry of the run's previous batch, `'-infinity'` for the first);
  * countExpired ($1 limit).
  *
  * @param t the table name, already quoted (`quoteTableName`)
@@ -55,16 +56,30 @@ export function keyStoreStatements(t: string) {
       DELETE FROM ${t} WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'`,
     // Locks the batch with SKIP LOCKED so a claim racing on one of these keys
     // is never waited on, and re-checks expiry on the locked row version.
+    // Each batch starts along the expires_at index where the previous one
+    // ended ($2, the latest expiry it deleted, as ISO 8601 text in UTC: exact
+    // to the microsecond, whatever the session's DateStyle): the entries of the rows already deleted stay in the index
+    // until VACUUM, and a scan from the start would walk all of them again,
+    // every batch (a sweep of millions of rows slowing as it went). What a
+    // batch skipped (a valid lease, a row locked by a claim) waits for the
+    // next run, which starts from the beginning.
     sweepBatch: `${sqlMarker('sweep-batch')}
       WITH doomed AS (
         SELECT tenant_id, key FROM ${t}
-         WHERE expires_at <= now() AND NOT (status = 'in_flight' AND lease_expires_at > now())
+         WHERE expires_at <= now() AND expires_at >= $2::timestamptz
+           AND NOT (status = 'in_flight' AND lease_expires_at > now())
+         ORDER BY expires_at
          LIMIT $1
          FOR UPDATE SKIP LOCKED
+      ), gone AS (
+        DELETE FROM ${t} AS k USING doomed
+         WHERE k.tenant_id = doomed.tenant_id AND k.key = doomed.key
+           AND k.expires_at <= now() AND NOT (k.status = 'in_flight' AND k.lease_expires_at > now())
+        RETURNING k.expires_at
       )
-      DELETE FROM ${t} AS k USING doomed
-       WHERE k.tenant_id = doomed.tenant_id AND k.key = doomed.key
-         AND k.expires_at <= now() AND NOT (k.status = 'in_flight' AND k.lease_expires_at > now())`,
+      SELECT count(*)::integer AS deleted,
+             to_char(max(expires_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS last
+        FROM gone`,
     // The sweeper's backlog for health checks: the rows sweepBatch would delete, counted up to $1 along
     // the expires_at index, so a huge backlog costs no more than the limit.
     countExpired: `${sqlMarker('count-expired')}

@@ -732,8 +732,18 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       )) as Array<{ locked: boolean }>;
       if (!locked) return { ran: false, deleted: 0, batches: 0, durationMs: Date.now() - started, restedMs: 0 };
       if (this.partitions) return await this.partitions.run(options);
+      // Where along the expires_at index the next batch starts (see sweepBatch).
+      let after = '-infinity';
       const run = await deleteInPacedBatches(
-        async () => (await this.run(undefined, this.sql.sweepBatch, [options.batchSize], undefined, this.dataSource)).affected,
+        async () => {
+          const params = [options.batchSize, after];
+          const [batch] = (await this.run(undefined, this.sql.sweepBatch, params, undefined, this.dataSource)).rows as Array<{
+            deleted: number;
+            last: string | null;
+          }>;
+          if (batch.last !== null) after = batch.last;
+          return batch.deleted;
+        },
         options,
         started,
       );
