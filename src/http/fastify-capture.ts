@@ -119,6 +119,7 @@ export class FastifyReplyCapture implements ResponseCapture {
   private readonly stored: ReadonlySet<string>;
   private readonly guard: WireCapture;
   private readonly ownSend?: PropertyDescriptor;
+  private readonly inheritedSend: FastifyReplyLike['send'];
   private held?: { payload: unknown; done: OnSendDone; response?: StoredResponse };
   private ownRefusal?: Error;
   private replacement?: { response: StoredResponse; headers: ExtraHeaders };
@@ -141,6 +142,7 @@ export class FastifyReplyCapture implements ResponseCapture {
     captures.set(reply, this);
     this.ownSend = Object.getOwnPropertyDescriptor(reply, 'send');
     const send = reply.send;
+    this.inheritedSend = send;
     reply.send = (payload?: unknown) => this.onReplySend(send, payload);
   }
 
@@ -259,8 +261,10 @@ export class FastifyReplyCapture implements ResponseCapture {
     this.settled = true;
     this.listeners = [];
     captures.delete(this.reply);
+    // The prototype's `send` is assigned back rather than the own one deleted, which would turn the reply into a
+    // dictionary-mode object (slower property reads in Fastify for the rest of the reply).
     if (this.ownSend) Object.defineProperty(this.reply, 'send', this.ownSend);
-    else delete (this.reply as Partial<FastifyReplyLike>).send;
+    else this.reply.send = this.inheritedSend;
     // Nothing was written to reply.raw: releasing the guard only unwraps it, for Fastify to write.
     if (releaseGuard) this.guard.release();
   }

@@ -30,7 +30,7 @@ const WIRE_METHODS = ['writeHead', 'write', 'end'] as const;
  * it only guards `reply.raw` (see `FastifyReplyCapture`).
  */
 export class WireCapture implements ResponseCapture {
-  private readonly original: Partial<Record<keyof WireMethods, { own: boolean; value: unknown }>> = {};
+  private readonly original: Partial<Record<keyof WireMethods, unknown>> = {};
   private readonly stored: ReadonlySet<string>;
   private writeHeadCall?: Call;
   private writes: Call[] = [];
@@ -46,9 +46,7 @@ export class WireCapture implements ResponseCapture {
     private readonly settings: CaptureSettings,
   ) {
     this.stored = storedHeaderNames(settings.replayHeaders);
-    for (const name of WIRE_METHODS) {
-      this.original[name] = { own: Object.prototype.hasOwnProperty.call(res, name), value: res[name] };
-    }
+    for (const name of WIRE_METHODS) this.original[name] = res[name];
     res.writeHead = ((...args: Call) => {
       this.writeHeadCall = args;
       return res;
@@ -184,11 +182,10 @@ export class WireCapture implements ResponseCapture {
 
   private restore(): void {
     const res = this.res as unknown as Record<string, unknown>;
-    for (const name of WIRE_METHODS) {
-      const saved = this.original[name]!;
-      if (saved.own) res[name] = saved.value;
-      else delete res[name];
-    }
+    // Assigned back, never deleted: deleting a property other than the last one added (Express adds `statusCode`
+    // after these) turns the response into a dictionary-mode object, and slows every later property read of
+    // Node's http code on it.
+    for (const name of WIRE_METHODS) res[name] = this.original[name];
   }
 }
 
