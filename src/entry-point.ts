@@ -9,7 +9,7 @@ import {
 import { redactKey } from './core/key.js';
 import { messages } from './errors/messages.js';
 import { IdempotencyProblemException, problems } from './errors/problems.js';
-import type { ClaimInfo, EngineOutcome, FailureDecision, WorkScope } from './core/idempotency-engine.js';
+import { workOf, type ClaimInfo, type EngineOutcome, type FailureDecision, type WorkScope } from './core/idempotency-engine.js';
 import type { StoredResponse } from './core/idempotency-store.js';
 import { fingerprintValue } from './core/fingerprint.js';
 import type { RouteSettings } from './http/route-settings.js';
@@ -87,8 +87,11 @@ export function routeScope(
 ): WorkScope {
   const { leaseMs, ttlMs, waitMs, heartbeat, claimMode } = route.options;
   const maxHoldMs = route.options.maxHoldMs ?? leaseMs * 10;
+  // Field by field rather than spread: see `workOf`.
   return {
-    ...identity,
+    tenant: identity.tenant,
+    key: identity.key,
+    fingerprint: identity.fingerprint,
     leaseMs,
     ttlMs,
     waitMs,
@@ -153,9 +156,9 @@ export function runHandler<R>(service: IdempotencyService, h: HandlerRun<R>): Pr
     return response ? { action: 'store', response } : { action: 'keep' };
   };
   const scope = routeScope(route, { tenant: h.tenant, key: h.key, fingerprint }, onFailure);
-  return route.options.phases
-    ? service.runPhased({ ...scope, run: (_phases, claim) => h.run(claim) }, execution)
-    : service.run({ ...scope, run: (_tx, claim) => h.run(claim) }, execution);
+  // The handler runs the same whatever the engine hands it: one transaction's manager, or the phases.
+  const work = workOf(scope, (_txOrPhases: unknown, claim: ClaimInfo) => h.run(claim));
+  return route.options.phases ? service.runPhased(work, execution) : service.run(work, execution);
 }
 
 const JSON_HEADERS: Array<[string, string]> = [['content-type', 'application/json']];

@@ -2,6 +2,9 @@ import { Inject, Injectable, Optional } from '@nestjs/common';
 import type { DataSource, EntityManager } from 'typeorm';
 import {
   IdempotencyEngine,
+  workOf,
+  type ClaimInfo,
+  type WorkScope,
   type ClaimMode,
   type EngineOutcome,
   type FailureDecision,
@@ -94,10 +97,7 @@ export class IdempotencyService {
    */
   async execute<T>(input: ExecuteInput, work: (manager: EntityManager) => T | Promise<T>): Promise<T> {
     const scope = this.scopeOf(input);
-    const outcome = await this.run({
-      ...scope,
-      run: async (manager) => encodeResult(await work(manager)),
-    });
+    const outcome = await this.run(workOf(scope, async (manager: EntityManager) => encodeResult(await work(manager))));
     return decodeResult<T>(outcome.response);
   }
 
@@ -109,14 +109,13 @@ export class IdempotencyService {
    */
   async executePhased<T>(input: ExecuteInput, work: (phases: Phases<EntityManager>) => T | Promise<T>): Promise<T> {
     const scope = this.scopeOf(input);
-    const outcome = await this.runPhased({
-      ...scope,
-      run: async (phases) => encodeResult(await work(phases)),
-    });
+    const outcome = await this.runPhased(
+      workOf(scope, async (phases: Phases<EntityManager>) => encodeResult(await work(phases))),
+    );
     return decodeResult<T>(outcome.response);
   }
 
-  private scopeOf(input: ExecuteInput) {
+  private scopeOf(input: ExecuteInput): WorkScope {
     const route = resolveRouteOptions(
       {
         ttl: input.ttl,
@@ -155,15 +154,14 @@ export class IdempotencyService {
     context.scope = { tenant: work.tenant, key: work.key };
     let ended: (outcome: TransactionOutcome) => void = () => undefined;
     const ending = new Promise<TransactionOutcome>((resolve) => (ended = resolve));
-    const outcome = this.engine.execute({
-      ...work,
-      run: (manager, claim) => {
+    const outcome = this.engine.execute(
+      workOf(work, (manager: EntityManager, claim: ClaimInfo) => {
         context.scope = { tenant: work.tenant, key: work.key, generation: claim.generation };
-        return idempotencyContext.run(Object.assign(context, { manager, transactional: true }), () =>
-          this.joined(manager, () => work.run(manager, claim), ending),
-        );
-      },
-    });
+        context.manager = manager;
+        context.transactional = true;
+        return idempotencyContext.run(context, () => this.joined(manager, () => work.run(manager, claim), ending));
+      }),
+    );
     // Once the engine is done, the work's transaction has ended: committed only when it executed.
     outcome.then(
       (done) => ended(done.kind === 'executed' ? 'committed' : 'rolled-back'),
@@ -184,16 +182,14 @@ export class IdempotencyService {
     context: IdempotencyExecutionContext = this.createContext(),
   ): Promise<EngineOutcome<R>> {
     context.scope = { tenant: work.tenant, key: work.key };
-    return this.engine.executePhased({
-      ...work,
-      run: (phases, claim) => {
-        context.phases = phases;
-        context.scope = { tenant: work.tenant, key: work.key, generation: claim.generation };
-        return idempotencyContext.run(context, () => work.run(phases, claim));
-      },
-      enterPhase: (manager, fn, ended) =>
-        idempotencyContext.run({ ...context, manager, transactional: true }, () => this.joined(manager, fn, ended)),
+    const phased: PhasedWork<EntityManager, R> = workOf(work, (phases: Phases<EntityManager>, claim: ClaimInfo) => {
+      context.phases = phases;
+      context.scope = { tenant: work.tenant, key: work.key, generation: claim.generation };
+      return idempotencyContext.run(context, () => work.run(phases, claim));
     });
+    phased.enterPhase = (manager, fn, ended) =>
+      idempotencyContext.run({ ...context, manager, transactional: true }, () => this.joined(manager, fn, ended));
+    return this.engine.executePhased(phased);
   }
 
   /** A fresh execution context: the plain manager until a transaction opens, the handler not started. */
