@@ -137,6 +137,30 @@ describe('canonicalJson', () => {
     expect(canonicalJson(many)).toBe(canonicalize(many));
   });
 
+  it('writes objects whose keys are already in order (the plain serializer, no property list) as canonicalize does', () => {
+    const sortedKeys = fc.dictionary(fc.string({ unit: 'binary' }), fc.jsonValue({ maxDepth: 2, stringUnit: 'binary' }), {
+      maxKeys: 6,
+    });
+    fc.assert(
+      fc.property(sortedKeys, (record) => {
+        // Inserted in sorted order: Object.keys is that order unless integer-like keys come first, which the check sees.
+        const value = Object.fromEntries(Object.entries(record).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+        let expected: string | undefined;
+        try {
+          expected = canonicalize(value);
+        } catch {
+          expect(() => canonicalJson(value)).toThrow(UnrepresentableInputError);
+          return;
+        }
+        expect(canonicalJson(value)).toBe(expected);
+      }),
+      { numRuns: 2_000 },
+    );
+    // Integer-like keys enumerate first and numerically: 2 before 10, which is not the canonical order.
+    expect(canonicalJson({ 2: 'b', 10: 'a', x: { a: 1, b: 2 } })).toBe('{"10":"a","2":"b","x":{"a":1,"b":2}}');
+    expect(canonicalJson({ 10: 'a', x: { b: 1, a: 2 } })).toBe('{"10":"a","x":{"a":2,"b":1}}');
+  });
+
   it('sorts keys by UTF-16 code units, integer-like keys included', () => {
     expect(canonicalJson({ b: 1, 10: 2, 2: 3, a: [undefined, { y: null, x: true }], '\u00e9': 0, z: undefined })).toBe(
       '{"10":2,"2":3,"a":[null,{"x":true,"y":null}],"b":1,"\u00e9":0}',

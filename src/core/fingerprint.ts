@@ -35,7 +35,8 @@ export interface FingerprintInput {
 export function fingerprintRequest(input: FingerprintInput): string {
   const hash = createHash('sha256');
   hash.update(
-    canonicalJson({ method: input.method.toUpperCase(), route: input.route, params: input.params, query: input.query ?? {} }),
+    // Written in canonical key order, so the serializer's fast path takes it (the text is the same in any order).
+    canonicalJson({ method: input.method.toUpperCase(), params: input.params, query: input.query ?? {}, route: input.route }),
   );
   hash.update('\n');
   updateWithBody(hash, input.body);
@@ -86,7 +87,8 @@ function updateWithBody(hash: ReturnType<typeof createHash>, body: unknown): voi
  */
 export function canonicalJson(value: unknown): string {
   const keys = plainKeys(value);
-  const text = keys ? JSON.stringify(value, keys.sort()) : write(value, 1);
+  // Keys already in order at every depth (most small bodies): the serializer's fast path, without a property list.
+  const text = keys === SORTED ? JSON.stringify(value) : keys ? JSON.stringify(value, keys.sort()) : write(value, 1);
   if (text === undefined) throw new UnrepresentableInputError('the value has no JSON representation');
   return text;
 }
@@ -98,6 +100,9 @@ export function canonicalJson(value: unknown): string {
  */
 const MAX_KEY_LOOKUPS = 1_000_000;
 
+/** What `plainKeys` answers for plain data whose every object already holds its keys in canonical order. */
+const SORTED: string[] = [];
+
 /**
  * Whether `value` is plain JSON data (what a JSON body parser makes): then
  * its canonical form is what the engine's own `JSON.stringify` writes with
@@ -106,13 +111,17 @@ const MAX_KEY_LOOKUPS = 1_000_000;
  * object's own order) at native speed, with no string built per value.
  * The walk refuses what has no canonical form on its way.
  *
- * @returns every key it holds; undefined for anything else (a `toJSON`, a class
+ * @returns `SORTED` when every object's own keys are already in canonical
+ * order (`Object.keys` order, integer-like keys first, is the order
+ * `JSON.stringify` writes them in, so it then writes the canonical form
+ * with no property list); else every key it holds; undefined for anything else (a `toJSON`, a class
  * instance, a Map, a boxed primitive, an own `__proto__` key that the list
  * would read through the prototype of every other object, or a list too
  * long for the objects), which the writer below handles.
  */
 function plainKeys(root: unknown): string[] | undefined {
   let objects = 0;
+  let sorted = true;
   const found = new Set<string>();
   const walk = (value: unknown, depth: number): boolean => {
     switch (typeof value) {
@@ -144,8 +153,12 @@ function plainKeys(root: unknown): string[] | undefined {
       return false;
     objects++;
     const object = value as Record<string, unknown>;
+    let previous: string | undefined;
     for (const key of Object.keys(object)) {
       if (key === '__proto__') return false;
+      // Compared as JavaScript compares strings: by UTF-16 code units, the canonical order.
+      if (previous !== undefined && previous >= key) sorted = false;
+      previous = key;
       if (!found.has(key)) {
         if (!(key as string & { isWellFormed(): boolean }).isWellFormed()) throw new UnrepresentableInputError(LONE_SURROGATE);
         found.add(key);
@@ -154,7 +167,9 @@ function plainKeys(root: unknown): string[] | undefined {
     }
     return true;
   };
-  return walk(root, 1) && objects * found.size <= MAX_KEY_LOOKUPS ? [...found] : undefined;
+  if (!walk(root, 1)) return undefined;
+  if (sorted) return SORTED;
+  return objects * found.size <= MAX_KEY_LOOKUPS ? [...found] : undefined;
 }
 
 const LONE_SURROGATE = 'a string holds a lone surrogate (half of a UTF-16 pair)';
