@@ -10,8 +10,13 @@ interface OtelSpan {
   setStatus(status: { code: number; message?: string }): unknown;
   end(): void;
 }
+interface OtelTracerProvider {
+  getDelegate?(): unknown;
+}
 interface OtelApi {
+  ProxyTracerProvider: new () => OtelTracerProvider;
   trace: {
+    getTracerProvider(): OtelTracerProvider;
     getTracer(
       name: string,
       version?: string,
@@ -102,19 +107,34 @@ export async function createEngineObserver(events: IdempotencyEvents, useOpenTel
     }
   };
 
+  // What the API's global provider delegates to while no SDK is registered (a fresh proxy has no delegate).
+  const noopProvider = new api.ProxyTracerProvider().getDelegate?.();
+  /**
+   * Whether an SDK's tracer provider is registered now (it may be after the
+   * module starts). Without one every span is a no-op, but still costs a
+   * context switch, closures and promises per request: skipped then.
+   */
+  const tracing = () => {
+    const provider = api.trace.getTracerProvider();
+    return typeof provider.getDelegate !== 'function' || provider.getDelegate() !== noopProvider;
+  };
+  const annotateNothing = () => undefined;
+
   return {
     span: (name, attributes, fn) =>
-      tracer.startActiveSpan(name, { attributes }, async (span) => {
-        try {
-          return await fn((more) => span.setAttributes(more));
-        } catch (error) {
-          // The error's name only: a message can quote anything, a key included.
-          span.setStatus({ code: api.SpanStatusCode.ERROR, message: error instanceof Error ? error.name : 'error' });
-          throw error;
-        } finally {
-          span.end();
-        }
-      }),
+      !tracing()
+        ? fn(annotateNothing)
+        : tracer.startActiveSpan(name, { attributes }, async (span) => {
+            try {
+              return await fn((more) => span.setAttributes(more));
+            } catch (error) {
+              // The error's name only: a message can quote anything, a key included.
+              span.setStatus({ code: api.SpanStatusCode.ERROR, message: error instanceof Error ? error.name : 'error' });
+              throw error;
+            } finally {
+              span.end();
+            }
+          }),
     emit: (event) => {
       record(event);
       events.emit(event);
