@@ -8,7 +8,7 @@ import {
   type NestInterceptor,
   type Type,
 } from '@nestjs/common';
-import { defaultIfEmpty, lastValueFrom, Observable, type Subscriber } from 'rxjs';
+import { Observable, type Subscriber } from 'rxjs';
 import type { EngineOutcome } from './core/idempotency-engine.js';
 import { CommitRefusedError, UnrepresentableInputError } from './core/errors.js';
 import { fingerprintRequest } from './core/fingerprint.js';
@@ -121,7 +121,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
           key,
           defaultFingerprint: () => fingerprintRequest(fingerprintInput(request, route.name)),
           run: async () => {
-            const value = await lastValueFrom(next.handle().pipe(defaultIfEmpty(undefined)));
+            const value = await lastValueOf(next.handle());
             const unreplayable = describeUnreplayable(value);
             if (unreplayable) throw new UnreplayableResponseError(unreplayable);
             out.emit(value);
@@ -209,6 +209,18 @@ class Outlet {
     this.done = true;
     this.subscriber.error(error);
   }
+}
+
+/**
+ * The handler's last value, or undefined when it completes with none: what
+ * `lastValueFrom(source.pipe(defaultIfEmpty(undefined)))` gives, without an
+ * operator chain built per request.
+ */
+function lastValueOf(source: Observable<unknown>): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    let last: unknown;
+    source.subscribe({ next: (value) => (last = value), error: reject, complete: () => resolve(last) });
+  });
 }
 
 /**

@@ -59,9 +59,17 @@ export interface ResponseCapture {
  */
 export const BODY_HEADERS = ['content-type', 'content-encoding', 'etag', 'location', 'content-location'] as const;
 
+/** Each allowlist's stored names, made once rather than per request (the allowlist is the module's resolved option). */
+const storedNamesOf = new WeakMap<ReadonlySet<string>, ReadonlySet<string>>();
+
 /** The lower-case names of the headers a capture stores. */
 export function storedHeaderNames(replayHeaders: ReadonlySet<string>): ReadonlySet<string> {
-  return new Set<string>([...BODY_HEADERS, ...replayHeaders]);
+  let names = storedNamesOf.get(replayHeaders);
+  if (!names) {
+    names = new Set<string>([...BODY_HEADERS, ...replayHeaders]);
+    storedNamesOf.set(replayHeaders, names);
+  }
+  return names;
 }
 
 /** Headers taken off a response before a replacement's are put on: the body's own, its length and the stored ones. */
