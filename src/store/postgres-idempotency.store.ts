@@ -631,10 +631,14 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     if (pool.waitingCount === 0 && (pool.idleCount > 0 || pool.totalCount < pool.options.max)) return true;
     const expectedWaitMs = ((pool.waitingCount + 1) / pool.options.max) * this.holdMs;
     if (expectedWaitMs > FUSED_CLAIM_MAX_WAIT_MS) return false;
-    // The average only learns of slow transactions once they end: ones open for long now mean the queue has stalled.
+    // The average only learns of slow transactions once they end. The queue has stalled when even the attempt opened
+    // last has been open for longer than the bound: none is then known to move. (Any one old attempt is not enough:
+    // under steady load some always are while new ones open every few milliseconds, and every new key would pay the
+    // claim pool's extra round trip.)
     const now = performance.now();
-    for (const openedAt of this.openAttempts) if (now - openedAt > FUSED_CLAIM_MAX_WAIT_MS) return false;
-    return true;
+    let youngest = Number.POSITIVE_INFINITY;
+    for (const openedAt of this.openAttempts) youngest = Math.min(youngest, now - openedAt);
+    return youngest <= FUSED_CLAIM_MAX_WAIT_MS;
   }
 
   /**
