@@ -54,7 +54,12 @@ async function main(): Promise<void> {
     const db = await connect(database.url, config.schema);
     try {
       for (const adapter of config.adapters) {
-        const app = await AppProcess.start({ adapter, databaseUrl: database.url, schema: config.schema, poolSize: config.poolSize });
+        const app = await AppProcess.start({
+          adapter,
+          databaseUrl: database.url,
+          schema: config.schema,
+          poolSize: config.poolSize,
+        });
         try {
           const cpu = new BackendCpu(db, APP_APPLICATION_NAME);
           const replayKeys = await createCompletedKeys(app, config, `profile-${randomUUID()}`);
@@ -127,14 +132,18 @@ function report(adapter: string, results: RouteProfile[]): void {
   console.log(`\n## ${adapter}: CPU per request (µs)\n`);
   console.log('| route | req/s | app | PostgreSQL |\n| --- | --- | --- | --- |');
   for (const r of results) {
-    console.log(`| ${r.route} | ${r.rps} | ${fmt(r.appMicrosPerRequest)} | ${r.postgresMicrosPerRequest === null ? '-' : fmt(r.postgresMicrosPerRequest)} |`);
+    console.log(
+      `| ${r.route} | ${r.rps} | ${fmt(r.appMicrosPerRequest)} | ${r.postgresMicrosPerRequest === null ? '-' : fmt(r.postgresMicrosPerRequest)} |`,
+    );
   }
   const [base, ...others] = results;
   for (const r of others) {
     const places = new Set([...r.places.keys(), ...base.places.keys()]);
     const diff = [...places].map((p) => [p, (r.places.get(p) ?? 0) - (base.places.get(p) ?? 0), r.places.get(p) ?? 0] as const);
     diff.sort((a, b) => Math.abs(b[1]) - Math.abs(a[1]));
-    console.log(`\n### ${adapter}: ${r.route} against ${base.route}, app self time per request (µs), the 30 largest differences\n`);
+    console.log(
+      `\n### ${adapter}: ${r.route} against ${base.route}, app self time per request (µs), the 30 largest differences\n`,
+    );
     console.log(`| place | ${r.route} - ${base.route} | ${r.route} |\n| --- | --- | --- |`);
     for (const [place, delta, total] of diff.slice(0, 30)) console.log(`| ${place} | ${fmt(delta)} | ${fmt(total)} |`);
   }
