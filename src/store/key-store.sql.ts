@@ -139,13 +139,20 @@ export function keyStoreFunctions(tableName: string): string[] {
   return [claimFunction(tableName), ...completionFunctions(tableName)];
 }
 
+/**
+ * The parameters and result columns of every claim function (the plain
+ * table's `claim` and `claim_in_transaction`, the partitioned table's
+ * `claim`): the store calls them alike and reads each result row the same way.
+ */
+export const CLAIM_FUNCTION_SIGNATURE = `(
+       p_tenant text, p_key text, p_fingerprint text, p_owner uuid, p_lease_ms float8, p_ttl_ms float8, p_lock_timeout_ms float8)
+     RETURNS TABLE (state text, attempt integer, generation text, retry_after integer, response_status integer,
+                    response_headers jsonb, response_body bytea, recovery_point text, phase_results text)`;
+
 /** The plain table's claim function (see `keyStoreFunctions`). */
 function claimFunction(tableName: string): string {
   const t = quoteTableName(tableName);
-  return `CREATE OR REPLACE FUNCTION ${fn(t, 'claim')}(
-       p_tenant text, p_key text, p_fingerprint text, p_owner uuid, p_lease_ms float8, p_ttl_ms float8, p_lock_timeout_ms float8)
-     RETURNS TABLE (state text, attempt integer, generation text, retry_after integer, response_status integer,
-                    response_headers jsonb, response_body bytea, recovery_point text, phase_results text)
+  return `CREATE OR REPLACE FUNCTION ${fn(t, 'claim')}${CLAIM_FUNCTION_SIGNATURE}
      LANGUAGE plpgsql AS $fn$
      DECLARE
        r ${t}%ROWTYPE;
@@ -248,10 +255,7 @@ export function completionFunctions(tableName: string): string[] {
     // granted. Only a lapsed in-flight row (a takeover) is written at once, by the ordinary claim, so that its
     // old owner's completion is fenced from this moment on. A claim of the other mode never takes the lock: it
     // can only insert a key that has no row, and then this attempt's completion finds that row and is fenced.
-    `CREATE OR REPLACE FUNCTION ${fn(t, 'claim_in_transaction')}(
-       p_tenant text, p_key text, p_fingerprint text, p_owner uuid, p_lease_ms float8, p_ttl_ms float8, p_lock_timeout_ms float8)
-     RETURNS TABLE (state text, attempt integer, generation text, retry_after integer, response_status integer,
-                    response_headers jsonb, response_body bytea, recovery_point text, phase_results text)
+    `CREATE OR REPLACE FUNCTION ${fn(t, 'claim_in_transaction')}${CLAIM_FUNCTION_SIGNATURE}
      LANGUAGE plpgsql AS $fn$
      DECLARE
        r ${t}%ROWTYPE;

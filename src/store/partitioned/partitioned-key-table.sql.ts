@@ -1,5 +1,5 @@
 import { quoteTableName } from '../identifiers.js';
-import { completionFunctions, keyStoreFunction } from '../key-store.sql.js';
+import { CLAIM_FUNCTION_SIGNATURE, completionFunctions, keyStoreFunction } from '../key-store.sql.js';
 import { KEY_TABLE_COLUMN_DEFINITIONS } from '../sql.js';
 import { sqlMarker } from '../redacting-logger.js';
 
@@ -133,10 +133,7 @@ function partitionedClaimFunction(tableName: string): string {
   const t = quoteTableName(tableName);
   const restore =
     "IF previous_lock_timeout IS NOT NULL THEN PERFORM set_config('lock_timeout', previous_lock_timeout, true); END IF;";
-  return `CREATE OR REPLACE FUNCTION ${keyStoreFunction(t, 'claim')}(
-       p_tenant text, p_key text, p_fingerprint text, p_owner uuid, p_lease_ms float8, p_ttl_ms float8, p_lock_timeout_ms float8)
-     RETURNS TABLE (state text, attempt integer, generation text, retry_after integer, response_status integer,
-                    response_headers jsonb, response_body bytea, recovery_point text, phase_results text)
+  return `CREATE OR REPLACE FUNCTION ${keyStoreFunction(t, 'claim')}${CLAIM_FUNCTION_SIGNATURE}
      LANGUAGE plpgsql AS $fn$
      -- ${PARTITIONED_CLAIM_MARKER}
      DECLARE
