@@ -88,7 +88,7 @@ function updateWithBody(hash: ReturnType<typeof createHash>, body: unknown): voi
 export function canonicalJson(value: unknown): string {
   const keys = plainKeys(value);
   // Keys already in order at every depth (most small bodies): the serializer's fast path, without a property list.
-  const text = keys === SORTED ? JSON.stringify(value) : keys ? JSON.stringify(value, keys.sort()) : write(value, 1);
+  const text = keys === 'sorted' ? JSON.stringify(value) : keys ? JSON.stringify(value, keys.sort()) : write(value, 1);
   if (text === undefined) throw new UnrepresentableInputError('the value has no JSON representation');
   return text;
 }
@@ -100,9 +100,6 @@ export function canonicalJson(value: unknown): string {
  */
 const MAX_KEY_LOOKUPS = 1_000_000;
 
-/** What `plainKeys` answers for plain data whose every object already holds its keys in canonical order. */
-const SORTED: string[] = [];
-
 /**
  * Whether `value` is plain JSON data (what a JSON body parser makes): then
  * its canonical form is what the engine's own `JSON.stringify` writes with
@@ -111,7 +108,7 @@ const SORTED: string[] = [];
  * object's own order) at native speed, with no string built per value.
  * The walk refuses what has no canonical form on its way.
  *
- * @returns `SORTED` when every object's own keys are already in canonical
+ * @returns `'sorted'` when every object's own keys are already in canonical
  * order (`Object.keys` order, integer-like keys first, is the order
  * `JSON.stringify` writes them in, so it then writes the canonical form
  * with no property list); else every key it holds; undefined for anything else (a `toJSON`, a class
@@ -119,7 +116,7 @@ const SORTED: string[] = [];
  * would read through the prototype of every other object, or a list too
  * long for the objects), which the writer below handles.
  */
-function plainKeys(root: unknown): string[] | undefined {
+function plainKeys(root: unknown): 'sorted' | string[] | undefined {
   let objects = 0;
   let sorted = true;
   const found = new Set<string>();
@@ -168,7 +165,7 @@ function plainKeys(root: unknown): string[] | undefined {
     return true;
   };
   if (!walk(root, 1)) return undefined;
-  if (sorted) return SORTED;
+  if (sorted) return 'sorted';
   return objects * found.size <= MAX_KEY_LOOKUPS ? [...found] : undefined;
 }
 
