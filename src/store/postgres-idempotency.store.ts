@@ -614,7 +614,6 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     }
   }
 
-  /** Whether the main pool can hand out a connection without queueing the caller. */
   /**
    * Whether the claim can go on the business connection without keeping a
    * replay or a 409 waiting long: the main pool has a connection free, or
