@@ -6,9 +6,9 @@ import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import type { DataSource } from 'typeorm';
 import { IdempotencyHealthIndicator, IdempotencyHealthModule } from '../src/health/index.js';
-import { IdempotencyModule, IdempotencyStore, PostgresIdempotencyStore, type ClaimRequest } from '../src/index.js';
+import { IdempotencyModule, IdempotencyStore, PostgresIdempotencyStore } from '../src/index.js';
 import { createTables, dataSourceOptions, freshSchema, openDataSource, sqlClient } from './support/database.js';
-import { useKeyTable } from './support/key-table.js';
+import { claimRequest, useKeyTable } from './support/key-table.js';
 
 useKeyTable('partitioned');
 
@@ -30,15 +30,6 @@ describe('retention by partitions', () => {
   let other: PostgresIdempotencyStore;
   let n = 0;
   const fresh = () => `r-${Date.now()}-${++n}`;
-  const request = (key: string, over: Partial<ClaimRequest> = {}): ClaimRequest => ({
-    tenant: 'tenant-a',
-    key,
-    ownerToken: randomUUID(),
-    fingerprint: 'fp',
-    leaseMs: 30_000,
-    ttlMs: 3_600_000,
-    ...over,
-  });
   const exists = async (relation: string) =>
     (await db.query('SELECT to_regclass($1) IS NOT NULL AS found', [relation])).rows[0].found as boolean;
   const count = async (relation: string) => Number((await db.query(`SELECT count(*) FROM ${relation}`)).rows[0].count);
@@ -105,7 +96,7 @@ describe('retention by partitions', () => {
     expect(await store.sweep(SWEEP)).toMatchObject({ deleted: 0, partitions: { retired: 0 } });
     expect(await count('idempotency_keys_earlier')).toBe(201);
     // The live key still replays from the older partition.
-    expect((await other.claim(request('live-1'))).state).toBe('completed');
+    expect((await other.claim(claimRequest('live-1'))).state).toBe('completed');
     await db.query(`UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE key = 'live-1'`);
     expect(await store.sweep(SWEEP)).toMatchObject({ partitions: { retired: 1 } });
     expect(await exists('idempotency_keys_earlier')).toBe(false);
@@ -113,27 +104,27 @@ describe('retention by partitions', () => {
 
   it('a lease longer than the TTL keeps its partition until the lease ends: a drop never cuts it short', async () => {
     const key = fresh();
-    const long = request(key, { leaseMs: 1_500, ttlMs: 1 });
+    const long = claimRequest(key, { leaseMs: 1_500, ttlMs: 1 });
     expect((await store.claim(long)).state).toBe('claimed');
     await toYesterday(key);
     await seed('gone-', 50, 'expired');
     await sleep(50);
     // Past its TTL, but its lease runs: the key is owned, and its partition stays.
     expect(await store.sweep(SWEEP)).toMatchObject({ partitions: { retired: 0 } });
-    expect(await other.claim(request(key))).toMatchObject({ state: 'in-flight' });
+    expect(await other.claim(claimRequest(key))).toMatchObject({ state: 'in-flight' });
     expect(await store.renewLease(long, 1_500)).toBe(true);
     await sleep(1_000);
     expect(await store.sweep(SWEEP)).toMatchObject({ partitions: { retired: 0 } });
     await sleep(1_700);
     expect(await store.sweep(SWEEP)).toMatchObject({ partitions: { retired: 1 } });
     // The lease and the TTL are over: the key is absent, and its owner's completion finds nothing.
-    expect((await other.claim(request(key))).state).toBe('claimed');
+    expect((await other.claim(claimRequest(key))).state).toBe('claimed');
     expect(await store.complete(long, { status: 201, headers: [], body: null }, 3_600_000)).toBe(false);
   });
 
   it('a completion that commits while the drop waits for its lock makes the row live: the partition stays', async () => {
     const key = fresh();
-    const owner = request(key, { leaseMs: 1, ttlMs: 1 });
+    const owner = claimRequest(key, { leaseMs: 1, ttlMs: 1 });
     await store.claim(owner);
     await toYesterday(key);
     await sleep(20);
@@ -165,7 +156,7 @@ describe('retention by partitions', () => {
       await retiring.end();
     }
     expect(await exists('idempotency_keys_earlier')).toBe(true);
-    const replay = await other.claim(request(key));
+    const replay = await other.claim(claimRequest(key));
     expect(replay.state === 'completed' && replay.response.body?.toString()).toBe('done');
   });
 
@@ -195,7 +186,7 @@ describe('retention by partitions', () => {
     let answered = 0;
     const claimer = async (worker: number) => {
       for (let i = 0; !done || i < 10; i++) {
-        const claim = await other.claim(request(`during-${worker}-${i}-${n}`));
+        const claim = await other.claim(claimRequest(`during-${worker}-${i}-${n}`));
         expect(claim.state).toBe('claimed');
         answered++;
       }

@@ -2,9 +2,9 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import type { DataSource } from 'typeorm';
-import { PostgresIdempotencyStore, type ClaimRequest } from '../src/index.js';
+import { PostgresIdempotencyStore } from '../src/index.js';
 import { createTables, dataSourceOptions, freshSchema, openDataSource, sqlClient } from './support/database.js';
-import { useKeyTable } from './support/key-table.js';
+import { claimRequest, useKeyTable } from './support/key-table.js';
 
 useKeyTable('partitioned');
 
@@ -23,15 +23,6 @@ describe('claims on the partitioned key table', () => {
   let sources: DataSource[];
   let stores: PostgresIdempotencyStore[];
   let n = 0;
-  const request = (key: string, over: Partial<ClaimRequest> = {}): ClaimRequest => ({
-    tenant: 'tenant-a',
-    key,
-    ownerToken: randomUUID(),
-    fingerprint: 'fp',
-    leaseMs: 30_000,
-    ttlMs: 3_600_000,
-    ...over,
-  });
   const fresh = () => `k-${Date.now()}-${++n}`;
   const response = (text: string) => ({
     status: 201,
@@ -67,7 +58,7 @@ describe('claims on the partitioned key table', () => {
   });
   it('40 concurrent claims of a new key from two instances: one claims it, one row', async () => {
     const key = fresh();
-    const results = await Promise.all(Array.from({ length: 40 }, (_, i) => stores[i % 2].claim(request(key))));
+    const results = await Promise.all(Array.from({ length: 40 }, (_, i) => stores[i % 2].claim(claimRequest(key))));
     expect(results.filter((r) => r.state === 'claimed')).toHaveLength(1);
     expect(results.filter((r) => r.state === 'in-flight')).toHaveLength(39);
     expect(await rows(key)).toHaveLength(1);
@@ -75,12 +66,12 @@ describe('claims on the partitioned key table', () => {
 
   it('a claim waits for an uncommitted claim of the same key, then answers what it committed', async () => {
     const key = fresh();
-    const first = request(key);
+    const first = claimRequest(key);
     // request-transaction mode: the claim is a statement of a transaction that stays open (and holds the key's lock).
     const begun = await stores[0].begin(first, 'request-transaction', 5_000);
     expect(begun.claim.state).toBe('claimed');
     let settled = false;
-    const second = stores[1].claim(request(key)).finally(() => (settled = true));
+    const second = stores[1].claim(claimRequest(key)).finally(() => (settled = true));
     await sleep(300);
     // It waits (on the plain table, for the row lock; here, for the key's lock): its own row would not conflict.
     expect(settled).toBe(false);
@@ -93,37 +84,37 @@ describe('claims on the partitioned key table', () => {
 
   it('a retry in a newer partition finds its original claim in an older one: 409, 422, then the replay', async () => {
     const key = fresh();
-    const original = request(key);
+    const original = claimRequest(key);
     expect((await stores[0].claim(original)).state).toBe('claimed');
     await toYesterday(key);
-    expect(await stores[1].claim(request(key))).toMatchObject({ state: 'in-flight' });
-    expect(await stores[1].claim(request(key, { fingerprint: 'other' }))).toEqual({ state: 'mismatch' });
+    expect(await stores[1].claim(claimRequest(key))).toMatchObject({ state: 'in-flight' });
+    expect(await stores[1].claim(claimRequest(key, { fingerprint: 'other' }))).toEqual({ state: 'mismatch' });
     // The owner's heartbeat and completion find the row where it is.
     expect(await stores[0].renewLease(original, 30_000)).toBe(true);
     expect(await stores[0].complete(original, response('done'), 3_600_000)).toBe(true);
-    const replay = await stores[1].claim(request(key));
+    const replay = await stores[1].claim(claimRequest(key));
     expect(replay.state === 'completed' && replay.response.body?.toString()).toBe('done');
-    expect(await stores[1].claim(request(key, { fingerprint: 'other' }))).toEqual({ state: 'mismatch' });
+    expect(await stores[1].claim(claimRequest(key, { fingerprint: 'other' }))).toEqual({ state: 'mismatch' });
     expect((await rows(key)).map((r) => r.partition)).toEqual(['idempotency_keys_earlier']);
   });
 
   it('a release in an older partition frees the key: the next claim takes it in the partition of now', async () => {
     const key = fresh();
-    const original = request(key);
+    const original = claimRequest(key);
     await stores[0].claim(original);
     await toYesterday(key);
     expect(await stores[0].release(original)).toBe(true);
-    expect((await stores[1].claim(request(key))).state).toBe('claimed');
+    expect((await stores[1].claim(claimRequest(key))).state).toBe('claimed');
     expect((await rows(key)).map((r) => r.partition)).not.toContain('idempotency_keys_earlier');
   });
 
   it('a lapsed lease in an older partition is taken over in place; the stale owner is fenced', async () => {
     const key = fresh();
-    const stale = request(key, { leaseMs: 1 });
+    const stale = claimRequest(key, { leaseMs: 1 });
     const first = await stores[0].claim(stale);
     await toYesterday(key);
     await sleep(20);
-    const takeover = request(key);
+    const takeover = claimRequest(key);
     const claim = await stores[1].claim(takeover);
     expect(claim).toMatchObject({ state: 'claimed', attempt: 2 });
     // A takeover finishes the same work: the same generation.
@@ -143,21 +134,21 @@ describe('claims on the partitioned key table', () => {
 
   it('20 concurrent takeovers of a lapsed key: one takes it', async () => {
     const key = fresh();
-    await stores[0].claim(request(key, { leaseMs: 1 }));
+    await stores[0].claim(claimRequest(key, { leaseMs: 1 }));
     await toYesterday(key);
     await sleep(20);
-    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => stores[i % 2].claim(request(key))));
+    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => stores[i % 2].claim(claimRequest(key))));
     expect(results.filter((r) => r.state === 'claimed')).toHaveLength(1);
     expect(await rows(key)).toHaveLength(1);
   });
 
   it("a key whose lease and TTL both ended is a new use: its old row goes, so its owner's completion is fenced", async () => {
     const key = fresh();
-    const dead = request(key, { leaseMs: 1, ttlMs: 1 });
+    const dead = claimRequest(key, { leaseMs: 1, ttlMs: 1 });
     const first = await stores[0].claim(dead);
     await toYesterday(key);
     await sleep(20);
-    const reuse = request(key, { fingerprint: 'another request' });
+    const reuse = claimRequest(key, { fingerprint: 'another request' });
     const claim = await stores[1].claim(reuse);
     expect(claim).toMatchObject({ state: 'claimed', attempt: 1 });
     expect(claim.state === 'claimed' && first.state === 'claimed' && claim.generation).not.toBe(
@@ -173,13 +164,13 @@ describe('claims on the partitioned key table', () => {
 
   it('a completed key past its TTL in an older partition stays there, inert; 30 concurrent reuses claim it once', async () => {
     const key = fresh();
-    const old = request(key);
+    const old = claimRequest(key);
     await stores[0].claim(old);
     await stores[0].complete(old, response('old'), 1);
     await toYesterday(key);
     await sleep(20);
     const results = await Promise.all(
-      Array.from({ length: 30 }, (_, i) => stores[i % 2].claim(request(key, { fingerprint: 'new' }))),
+      Array.from({ length: 30 }, (_, i) => stores[i % 2].claim(claimRequest(key, { fingerprint: 'new' }))),
     );
     expect(results.filter((r) => r.state === 'claimed')).toHaveLength(1);
     const found = await rows(key);
@@ -190,7 +181,7 @@ describe('claims on the partitioned key table', () => {
     // The replay is the new use's, never the inert one's.
     const owner = found[1].owner_token as string;
     expect(await stores[0].complete({ tenant: 'tenant-a', key, ownerToken: owner }, response('new'), 3_600_000)).toBe(true);
-    const replay = await stores[1].claim(request(key, { fingerprint: 'new' }));
+    const replay = await stores[1].claim(claimRequest(key, { fingerprint: 'new' }));
     expect(replay.state === 'completed' && replay.response.body?.toString()).toBe('new');
   });
 
@@ -208,7 +199,7 @@ describe('claims on the partitioned key table', () => {
       ).rejects.toMatchObject({ code: '0A000' });
       await client.query('ROLLBACK');
       // A replay writes nothing and needs no lock: it answers at any isolation level.
-      const done = request(key);
+      const done = claimRequest(key);
       await stores[0].claim(done);
       await stores[0].complete(done, response('done'), 3_600_000);
       await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ');

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';
-import { PostgresIdempotencyStore, type ClaimRequest } from '../../src/index.js';
+import { PostgresIdempotencyStore } from '../../src/index.js';
+import { claimRequest } from '../support/key-table.js';
 import {
   createPartitionedTableStatements,
   DEFAULT_PARTITION_LAYOUT,
@@ -22,14 +23,6 @@ describe('the partitioned key table through PgBouncer in transaction pooling', (
   let bouncer: PgBouncer;
   let sources: DataSource[];
   let stores: PostgresIdempotencyStore[];
-  const request = (key: string): ClaimRequest => ({
-    tenant: 'tenant-a',
-    key,
-    ownerToken: randomUUID(),
-    fingerprint: 'fp',
-    leaseMs: 30_000,
-    ttlMs: 3_600_000,
-  });
 
   beforeAll(async () => {
     db = await ScenarioDatabase.create('pgbouncer_partitioned');
@@ -55,7 +48,7 @@ describe('the partitioned key table through PgBouncer in transaction pooling', (
   it('40 concurrent claims of each of 10 new keys: one claim per key, and no key lock left on a server connection', async () => {
     for (let k = 0; k < 10; k++) {
       const key = `bounced-${k}-${randomUUID()}`;
-      const results = await Promise.all(Array.from({ length: 40 }, (_, i) => stores[i % 2].claim(request(key))));
+      const results = await Promise.all(Array.from({ length: 40 }, (_, i) => stores[i % 2].claim(claimRequest(key))));
       expect(results.filter((r) => r.state === 'claimed')).toHaveLength(1);
     }
     const { rows } = await db.client.query(`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory'`);
@@ -65,10 +58,10 @@ describe('the partitioned key table through PgBouncer in transaction pooling', (
 
   it('a request-transaction claim holds the key on its server connection until it commits; a duplicate waits, then replays', async () => {
     const key = `held-${randomUUID()}`;
-    const begun = await stores[0].begin(request(key), 'request-transaction', 5_000);
+    const begun = await stores[0].begin(claimRequest(key), 'request-transaction', 5_000);
     expect(begun.claim.state).toBe('claimed');
     let settled = false;
-    const duplicate = stores[1].claim(request(key)).finally(() => (settled = true));
+    const duplicate = stores[1].claim(claimRequest(key)).finally(() => (settled = true));
     await sleep(300);
     expect(settled).toBe(false);
     expect(await begun.attempt!.commit({ status: 201, headers: [], body: Buffer.from('once') }, 3_600_000)).toBe(true);

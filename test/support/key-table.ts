@@ -1,3 +1,6 @@
+import { randomUUID } from 'node:crypto';
+import type { ClaimRequest } from '../../src/index.js';
+
 /**
  * Which key table a spec file runs against. The plain table by default; a
  * spec file that calls `useKeyTable('partitioned')` before importing the
@@ -20,4 +23,9 @@ export function keyTableKind(): KeyTableKind {
 /** The module and store options that go with the key table in use. */
 export function keyTableOptions(): { partitioned?: boolean } {
   return kind === 'partitioned' ? { partitioned: true } : {};
+}
+
+/** A claim of `key` by a new attempt (a fresh owner token) in tenant `tenant-a`, for the store-level specs. */
+export function claimRequest(key: string, over: Partial<ClaimRequest> = {}): ClaimRequest {
+  return { tenant: 'tenant-a', key, ownerToken: randomUUID(), fingerprint: 'fp', leaseMs: 30_000, ttlMs: 3_600_000, ...over };
 }
