@@ -550,7 +550,12 @@ export class IdempotencyEngine<Tx> {
         this.store.renewLease!(held.ref, leaseMs).then(
           (ours) => {
             if (ours) held.leaseEndsAt = sentAt + leaseMs;
-            else clearInterval(timer);
+            else {
+              // Taken over, or released by an operator: this process's duplicates must ask the store from now on
+              // (it lets them take the key over), not be answered 409 on the strength of a lease that is gone.
+              held.leaseEndsAt = 0;
+              clearInterval(timer);
+            }
           },
           () => undefined,
         );
