@@ -61,6 +61,8 @@ const EXPORTS = [
   IdempotencySweeper,
   IdempotencyEvents,
   IDEMPOTENCY_OPTIONS,
+  // The operator board (nest-idempotency-pg/board) reads the key and outbox tables on the module's data source.
+  IDEMPOTENCY_DATA_SOURCE,
 ];
 
 /**
