@@ -287,14 +287,19 @@ describe.each(ADAPTERS)('IdempotencyBoardModule over %s', (adapter) => {
     expect(after.outcomes.perMinute[59].replayed).toBeGreaterThanOrEqual(1);
   });
 
-  it("shows a scoped operator one tenant's keys, and no outcomes (events carry no tenant)", async () => {
+  it("shows a scoped operator one tenant's keys and outcomes, nothing of another tenant", async () => {
+    const before = (await (await operatorSession(url, 'tenant:tenant-a')).get('overview')).json();
+    const executedBefore = before.outcomes.perMinute.reduce((n: number, m: { executed: number }) => n + m.executed, 0);
     await work(url, 'scoped-a', 'key-a', 'tenant-a');
     await work(url, 'scoped-b', 'key-b', 'tenant-b');
+    await work(url, 'scoped-b2', 'key-b2', 'tenant-b');
     const operator = await operatorSession(url, 'tenant:tenant-a');
     const overview = (await operator.get('overview')).json();
     expect(overview.scope).toEqual({ tenant: 'tenant-a' });
     expect(overview.keys.tenants.map((t: { tenant: string }) => t.tenant)).toEqual(['tenant-a']);
-    expect(overview.outcomes).toBeNull();
+    expect(overview.keys.totals.completed).toBe(1);
+    const executed = overview.outcomes.perMinute.reduce((n: number, m: { executed: number }) => n + m.executed, 0);
+    expect(executed - executedBefore).toBe(1);
     expect(JSON.stringify(overview)).not.toContain('tenant-b');
   });
 

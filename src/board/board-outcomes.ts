@@ -2,7 +2,7 @@ import { Injectable, type OnModuleDestroy, type OnModuleInit } from '@nestjs/com
 import { IdempotencyEvents } from '../telemetry/events.js';
 import { OutcomeHistory } from './outcome-history.js';
 
-/** The last hour of this process's outcome events, fed by the module's own event hook. */
+/** The last hour of this process's outcome events per tenant, fed by the module's own event hook. */
 @Injectable()
 export class BoardOutcomes implements OnModuleInit, OnModuleDestroy {
   readonly history = new OutcomeHistory();
@@ -11,7 +11,7 @@ export class BoardOutcomes implements OnModuleInit, OnModuleDestroy {
   constructor(private readonly events: IdempotencyEvents) {}
 
   onModuleInit(): void {
-    this.unsubscribe = this.events.subscribe((event) => this.history.record(event));
+    this.unsubscribe = this.events.subscribeWithTenant((event, tenant) => this.history.record(event, tenant));
   }
 
   onModuleDestroy(): void {

@@ -120,9 +120,7 @@ export class BoardControllerBase {
           : null,
       },
       outbox: outbox ?? null,
-      // Events carry no tenant: the outcomes are every tenant's, so only an operator of every tenant sees them.
-      outcomes:
-        'tenant' in scope ? null : { perMinute: this.outcomes.history.perMinute(), perRoute: this.outcomes.history.perRoute() },
+      outcomes: { perMinute: this.outcomes.history.perMinute(tenant), perRoute: this.outcomes.history.perRoute(tenant) },
     };
   }
 

@@ -24,8 +24,8 @@ export interface IdempotencyBoardOptions {
   /**
    * The tenants the operator admitted by the guard may see, read from the
    * request (the principal the guard authenticated). Default: every tenant.
-   * A scoped operator sees only that tenant's keys and dead letters, and not
-   * the per-minute outcomes (events carry no tenant, so those are everyone's).
+   * A scoped operator sees only that tenant's keys, outcomes and dead
+   * letters.
    */
   scope?: (context: ExecutionContext) => BoardScope | undefined | Promise<BoardScope | undefined>;
   /** Show stored response bodies and headers in the lookup. Default false. */

@@ -371,7 +371,10 @@ export class IdempotencyEngine<Tx> {
         throw error;
       } finally {
         annotate({ 'idempotency.outcome': outcome, ...(trace.attempt ? { 'idempotency.attempt': trace.attempt } : {}) });
-        this.observer.emit({ type: 'outcome', outcome, route, attempt: trace.attempt, durationMs: performance.now() - started });
+        this.observer.emit(
+          { type: 'outcome', outcome, route, attempt: trace.attempt, durationMs: performance.now() - started },
+          work.tenant,
+        );
       }
     });
   }

@@ -59,7 +59,11 @@ export interface EngineObserver {
     attributes: SpanAttributes,
     fn: (annotate: (attributes: SpanAttributes) => void) => Promise<T>,
   ): Promise<T>;
-  emit(event: IdempotencyEvent): void;
+  /**
+   * `tenant`: the tenant of an outcome, for in-process listeners that keep
+   * per-tenant figures (the operator board). Never put into telemetry.
+   */
+  emit(event: IdempotencyEvent, tenant?: string): void;
 }
 
 /** An observer that records nothing. */

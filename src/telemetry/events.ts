@@ -5,6 +5,9 @@ export type { IdempotencyEvent, IdempotencyOutcome } from '../core/observer.js';
 
 export type IdempotencyEventListener = (event: IdempotencyEvent) => void;
 
+/** A listener that is also told the tenant of an outcome; see `IdempotencyEvents.subscribeWithTenant`. */
+export type TenantedEventListener = (event: IdempotencyEvent, tenant: string | undefined) => void;
+
 /**
  * The typed event hook, for apps that watch the module without
  * OpenTelemetry (or besides it): `events.subscribe((e) => ...)`. Listeners
@@ -15,6 +18,7 @@ export type IdempotencyEventListener = (event: IdempotencyEvent) => void;
 export class IdempotencyEvents {
   private readonly logger = new Logger('IdempotencyEvents');
   private readonly listeners = new Set<IdempotencyEventListener>();
+  private readonly tenantedListeners = new Set<TenantedEventListener>();
 
   /** @returns a function that unsubscribes `listener` */
   subscribe(listener: IdempotencyEventListener): () => void {
@@ -22,13 +26,28 @@ export class IdempotencyEvents {
     return () => this.listeners.delete(listener);
   }
 
-  emit(event: IdempotencyEvent): void {
-    for (const listener of this.listeners) {
-      try {
-        listener(event);
-      } catch (error) {
-        this.logger.warn(`An event listener threw on a ${event.type} event: ${error instanceof Error ? error.name : 'error'}`);
-      }
+  /**
+   * Like `subscribe`, and each outcome also comes with its tenant, for
+   * per-tenant figures kept in the process (the operator board uses it).
+   * Events themselves never carry a tenant, so that nothing exported from
+   * them (metrics, logs) can; a listener here must keep it that way.
+   * @returns a function that unsubscribes `listener`
+   */
+  subscribeWithTenant(listener: TenantedEventListener): () => void {
+    this.tenantedListeners.add(listener);
+    return () => this.tenantedListeners.delete(listener);
+  }
+
+  emit(event: IdempotencyEvent, tenant?: string): void {
+    for (const listener of this.listeners) this.call(() => listener(event), event);
+    for (const listener of this.tenantedListeners) this.call(() => listener(event, tenant), event);
+  }
+
+  private call(notify: () => void, event: IdempotencyEvent): void {
+    try {
+      notify();
+    } catch (error) {
+      this.logger.warn(`An event listener threw on a ${event.type} event: ${error instanceof Error ? error.name : 'error'}`);
     }
   }
 }

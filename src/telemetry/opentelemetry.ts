@@ -63,7 +63,7 @@ const INSTRUMENTATION = 'nest-idempotency-pg';
  */
 export async function createEngineObserver(events: IdempotencyEvents, useOpenTelemetry: boolean): Promise<EngineObserver> {
   const api = useOpenTelemetry ? await loadOpenTelemetry() : undefined;
-  if (!api) return { span: (_name, _attributes, fn) => fn(() => undefined), emit: (event) => events.emit(event) };
+  if (!api) return { span: (_name, _attributes, fn) => fn(() => undefined), emit: (event, tenant) => events.emit(event, tenant) };
 
   const tracer = api.trace.getTracer(INSTRUMENTATION);
   const meter = api.metrics.getMeter(INSTRUMENTATION);
@@ -135,9 +135,9 @@ export async function createEngineObserver(events: IdempotencyEvents, useOpenTel
               span.end();
             }
           }),
-    emit: (event) => {
+    emit: (event, tenant) => {
       record(event);
-      events.emit(event);
+      events.emit(event, tenant);
     },
   };
 }
