@@ -6,6 +6,7 @@ import { GraphQLModule } from '@nestjs/graphql';
 import { TerminusModule } from '@nestjs/terminus';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource } from 'typeorm';
+import { IdempotencyBoardModule } from '../src/board/index.js';
 import { IdempotencyHealthModule } from '../src/health/index.js';
 import { IdempotencyModule } from '../src/index.js';
 import { IdempotencyOpenApiModule } from '../src/openapi/index.js';
@@ -85,11 +86,22 @@ export class AppModule {
         OrdersModule.register({ paymentProvider: { url: config.paymentProviderUrl, apiKey: config.paymentProviderKey } }),
         FakePaymentProviderModule.register({ apiKey: config.paymentProviderKey }),
         RefundsModule,
+        // The operator board at /board, behind the same API keys: each key's holder sees its own tenant only.
+        IdempotencyBoardModule.forRoot({
+          path: 'board',
+          guard: ApiKeyGuard,
+          scope: (context) => {
+            const tenant = context.switchToHttp().getRequest<AuthenticatedRequest>().tenant;
+            return tenant === undefined ? undefined : { tenant };
+          },
+        }),
       ],
       controllers: [HealthController],
       providers: [
         { provide: API_KEYS, useValue: config.apiKeys },
-        { provide: APP_GUARD, useClass: ApiKeyGuard },
+        // One instance, the global guard and the board's (which finds it among the app's providers).
+        ApiKeyGuard,
+        { provide: APP_GUARD, useExisting: ApiKeyGuard },
         {
           provide: APP_PIPE,
           // A rejected body answers 400 before the handler starts, so the module releases the key.

@@ -79,9 +79,16 @@ try {
   const line = output.split('\n').find((l) => l.startsWith('SUBPATHS '));
   check(line, `dist/subpaths.js printed no result:\n${output}`);
   const subpaths = JSON.parse(line.slice('SUBPATHS '.length));
-  const loaded = ['IdempotencyGraphQLError', 'IdempotencyHealthIndicator', 'IdempotencyHealthModule', 'IdempotencyOpenApiModule'];
+  const loaded = [
+    'IdempotencyGraphQLError',
+    'IdempotencyHealthIndicator',
+    'IdempotencyHealthModule',
+    'IdempotencyOpenApiModule',
+    'IdempotencyBoardModule',
+  ];
   check(JSON.stringify(subpaths.loaded) === JSON.stringify(loaded), `the subpaths loaded ${subpaths.loaded}`);
   check(subpaths.openapi && subpaths.fetch === 'function', `the OpenAPI or outbound subpath misbehaved: ${line}`);
+  check(subpaths.board === 1, `the board subpath did not mount its controller: ${line}`);
   check(
     /^IdempotencyConfigurationError: IdempotentHttpModule needs @nestjs\/axios and axios: npm i @nestjs\/axios axios/.test(
       subpaths.axios,
@@ -92,7 +99,7 @@ try {
     output.includes('IdempotencyOpenApiModule'),
     `applyIdempotencyToOpenApi did not warn about the missing marks:\n${output}`,
   );
-  console.log('/health, /openapi, /graphql and /outbound load; IdempotentHttpModule says to install @nestjs/axios axios');
+  console.log('/health, /openapi, /graphql, /outbound and /board load; IdempotentHttpModule says to install @nestjs/axios axios');
 
   step('boot the app (the root entry, no optional peer) against PostgreSQL');
   let databaseUrl = process.env.DATABASE_URL;

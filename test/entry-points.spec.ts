@@ -34,6 +34,7 @@ const SUBPATHS: Array<[subpath: string, source: string, staticPeers: string[]]> 
   ['./openapi', 'src/openapi/index.ts', []],
   ['./graphql', 'src/graphql/index.ts', []],
   ['./outbound', 'src/outbound/index.ts', []],
+  ['./board', 'src/board/index.ts', []],
   // The app's own transaction managers: their packages are loaded at start-up, only when one is the module's transactionManager.
   ['./cls-transactional', 'src/integrations/cls-transactional/index.ts', []],
   ['./typeorm-transactional', 'src/integrations/typeorm-transactional/index.ts', []],
@@ -62,7 +63,9 @@ describe('the root entry (nest-idempotency-pg)', () => {
 
   it('holds no integration that has a subpath: no health, OpenAPI or outbound code, and no subpath entry', () => {
     const { files } = importGraph('src/index.ts', true);
-    expect(files.filter((file) => /^src\/(health|openapi|outbound|client|rpc\/jetstream|integrations)\//.test(file))).toEqual([]);
+    expect(
+      files.filter((file) => /^src\/(health|openapi|outbound|board|client|rpc\/jetstream|integrations)\//.test(file)),
+    ).toEqual([]);
     // GraphQL mutations are an entry point of @Idempotent(), like HTTP routes: the interceptor and its errors, no package.
     expect(files.filter((file) => file.startsWith('src/graphql/')).sort()).toEqual([
       'src/graphql/graphql-problem.ts',
@@ -78,6 +81,7 @@ describe('the root entry (nest-idempotency-pg)', () => {
       openapi: Object.keys(await import('../src/openapi/index.js')),
       graphql: Object.keys(await import('../src/graphql/index.js')),
       outbound: Object.keys(await import('../src/outbound/index.js')),
+      board: Object.keys(await import('../src/board/index.js')),
       clsTransactional: Object.keys(await import('../src/integrations/cls-transactional/index.js')),
       typeormTransactional: Object.keys(await import('../src/integrations/typeorm-transactional/index.js')),
     };
@@ -94,6 +98,7 @@ describe('the root entry (nest-idempotency-pg)', () => {
         'attachDownstreamKeys',
         'downstreamPurpose',
       ]),
+      board: expect.arrayContaining(['IdempotencyBoardModule', 'BoardProblemType']),
       clsTransactional: ['clsTransactional'],
       typeormTransactional: ['typeormTransactional'],
     });

@@ -25,6 +25,7 @@ export function boardPage(page: { base: string; csrfToken: string; scope: BoardS
 <meta name="board-csrf" content="${escapeHtml(page.csrfToken)}">
 <meta name="board-tenant" content="${escapeHtml(scoped ?? '')}">
 <title>Idempotency board</title>
+<link rel="icon" href="data:,">
 <link rel="stylesheet" href="${base}/assets/board.css">
 <script src="${base}/assets/board.js" defer></script>
 </head>

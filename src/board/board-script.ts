@@ -178,7 +178,7 @@ export const BOARD_SCRIPT = String.raw`(function () {
       });
     });
     [0, 30, 59].forEach(function (index) {
-      var label = svg('text', { x: left + index * step + step / 2, y: height - 4, class: 'axis', 'text-anchor': 'middle' });
+      var label = svg('text', { x: index === 59 ? width : left + index * step + step / 2, y: height - 4, class: 'axis', 'text-anchor': index === 59 ? 'end' : 'middle' });
       label.textContent = index === 59 ? 'now' : (59 - index) + ' min ago';
       chart.appendChild(label);
     });

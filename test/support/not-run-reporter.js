@@ -1,5 +1,5 @@
 // A Jest reporter that names the suites that did not run because a message
-// broker did not answer, and says how to run them. Each such suite is one test
+// broker did not answer (or Chromium is not installed), and says how to run them. Each such suite is one test
 // titled `not run: ...` (describeWithBroker in brokers.ts), which passes, so
 // `npm test` passes on a machine without brokers; the banner makes sure nobody
 // takes that for the broker suites passing. Jest prints its summary after every
@@ -39,16 +39,16 @@ export default class NotRunReporter {
     const lines = [
       '',
       rule,
-      `!! NOT RUN: ${notRun.length} suite(s) need a message broker that did not answer.`,
+      `!! NOT RUN: ${notRun.length} suite(s) need a message broker that did not answer, or a browser that is not installed.`,
       '!! The rest of the run passed or failed on its own; these were not run at all:',
       '!!',
       ...notRun.map((entry) => `!!   ${entry.file} › ${entry.suite}`),
       '!!',
       ...reasons.map((why) => `!! ${why[0].toUpperCase()}${why.slice(1)}.`),
       '!!',
-      '!! Run them once the brokers are up:',
+      '!! Run them once the brokers are up (the browser installed):',
       `!!   npm test -- ${files.join(' ')}`,
-      '!! REQUIRE_BROKERS=1 (as CI sets it) makes a missing broker fail the run instead.',
+      '!! REQUIRE_BROKERS=1 and REQUIRE_BROWSER=1 (as CI sets them) make a missing broker or browser fail the run instead.',
       rule,
       '',
     ];

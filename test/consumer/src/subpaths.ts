@@ -1,5 +1,6 @@
 // The integrations' subpaths, in an app that has none of their optional peers: their types
 // compile (lib check on), they load, and using one whose peer is missing says what to install.
+import { IdempotencyBoardModule, type BoardScope } from 'nest-idempotency-pg/board';
 import { IdempotencyGraphQLError, type IdempotencyErrorExtensions } from 'nest-idempotency-pg/graphql';
 import { HEALTH_PROBE_TENANT, IdempotencyHealthIndicator, IdempotencyHealthModule } from 'nest-idempotency-pg/health';
 import { applyIdempotencyToOpenApi, IdempotencyOpenApiModule, type OpenApiDocumentLike } from 'nest-idempotency-pg/openapi';
@@ -8,6 +9,7 @@ import { createDownstreamFetch, IdempotentHttpModule, type DownstreamFetch } fro
 const extensions: IdempotencyErrorExtensions = { code: 'CONFLICT', type: 'urn:x', status: 409 };
 const document: OpenApiDocumentLike = { paths: {} };
 const fetchWithKeys: DownstreamFetch = createDownstreamFetch();
+const scope: BoardScope = { allTenants: true };
 
 let axios: string;
 try {
@@ -21,9 +23,14 @@ try {
 console.log(
   'SUBPATHS ' +
     JSON.stringify({
-      loaded: [IdempotencyGraphQLError, IdempotencyHealthIndicator, IdempotencyHealthModule, IdempotencyOpenApiModule].map(
-        (exported) => exported.name,
-      ),
+      loaded: [
+        IdempotencyGraphQLError,
+        IdempotencyHealthIndicator,
+        IdempotencyHealthModule,
+        IdempotencyOpenApiModule,
+        IdempotencyBoardModule,
+      ].map((exported) => exported.name),
+      board: IdempotencyBoardModule.forRoot({ path: 'board', unguarded: true, scope: () => scope }).controllers?.length,
       probeTenant: HEALTH_PROBE_TENANT,
       extensions: extensions.code,
       openapi: applyIdempotencyToOpenApi(document) === document,

@@ -1,0 +1,194 @@
+import { afterAll, beforeAll, expect, it } from '@jest/globals';
+import type { INestApplication } from '@nestjs/common';
+import { randomUUID } from 'node:crypto';
+import { mkdir } from 'node:fs/promises';
+import type pg from 'pg';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { CHROMIUM_PATH, describeEachWithBrowser } from '../test/support/browser.js';
+import { databaseUrl, freshSchema, sqlClient } from '../test/support/database.js';
+import { send, sleep } from '../test/support/http.js';
+import { loadConfig, type HttpAdapterName } from './config.js';
+import { createSampleApp } from './create-app.js';
+
+/**
+ * The operator board in a real browser (Debian's Chromium, driven by
+ * playwright-core), against the sample app as `npm run sample` wires it:
+ * mounted at /board behind the sample's API-key guard, each key's holder
+ * scoped to its tenant.
+ */
+const ARTIFACTS = new URL('../test-artifacts/', import.meta.url);
+const ADAPTERS: HttpAdapterName[] = ['express', 'fastify'];
+const KEY_A = 'demo-key-tenant-a';
+const charge = { amount: 1_500, currency: 'usd', customer: 'cus_board' };
+
+const createCharge = (url: string, key: string, body: object = charge) =>
+  send(url, 'POST', '/charges', {
+    headers: [
+      ['Authorization', `Bearer ${KEY_A}`],
+      ['Idempotency-Key', key],
+    ],
+    body,
+  });
+
+async function count(page: Page, id: string): Promise<number> {
+  return Number(await page.locator(`#${id} .value`).textContent());
+}
+
+describeEachWithBrowser(ADAPTERS, 'the operator board in Chromium, sample app over %s', (adapter) => {
+  let app: INestApplication;
+  let url: string;
+  let db: pg.Client;
+  let browser: Browser;
+  let operator: BrowserContext;
+  let page: Page;
+  const problems: string[] = [];
+
+  beforeAll(async () => {
+    const schema = await freshSchema(`board_browser_${adapter}`);
+    // A short lease: the heartbeat (a third of it) soon notices a release on the instance running the attempt.
+    const config = loadConfig({ HTTP_ADAPTER: adapter, DATABASE_URL: databaseUrl(), IDEMPOTENCY_LEASE_MS: '3000' });
+    app = await createSampleApp({ ...config, databaseUrl: databaseUrl(), databaseSchema: schema, logger: false });
+    await app.listen(0, '127.0.0.1');
+    url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+    db = await sqlClient(schema);
+    browser = await chromium.launch({
+      executablePath: CHROMIUM_PATH,
+      args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run'],
+    });
+    operator = await browser.newContext({
+      extraHTTPHeaders: { Authorization: `Bearer ${KEY_A}` },
+      viewport: { width: 1200, height: 900 },
+    });
+    page = await operator.newPage();
+    // A policy violation or a script error shows in the console: none may happen.
+    page.on('console', (message) => {
+      if (message.type() === 'error') problems.push(message.text());
+    });
+    page.on('pageerror', (error) => problems.push(error.message));
+  });
+  afterAll(async () => {
+    await browser?.close();
+    await app?.close();
+    await db?.end();
+  });
+
+  it('refuses a browser without an API key', async () => {
+    const anonymous = await browser.newContext();
+    try {
+      const response = await (await anonymous.newPage()).goto(`${url}/board`);
+      expect(response?.status()).toBe(401);
+    } finally {
+      await anonymous.close();
+    }
+  });
+
+  it('shows counts that change after requests, and the outcome chart', async () => {
+    await page.goto(`${url}/board`);
+    await page.locator('#count-completed').waitFor();
+    const completedBefore = await count(page, 'count-completed');
+    const key = randomUUID();
+    expect((await createCharge(url, key)).status).toBe(201);
+    expect((await createCharge(url, key)).headers['idempotent-replayed']).toBe('true');
+    expect((await createCharge(url, randomUUID())).status).toBe(201);
+    await page.click('#refresh');
+    await page.waitForFunction(
+      `Number(document.querySelector('#count-completed .value')?.textContent) === ${completedBefore + 2}`,
+    );
+    expect(await page.locator('#tenants tbody tr').allTextContents()).toEqual([expect.stringMatching(/^tenant-a/)]);
+    expect(await page.locator('#outcome-chart rect.bar.executed').count()).toBeGreaterThan(0);
+    expect(await page.locator('#outcome-chart rect.bar.replayed').count()).toBeGreaterThan(0);
+    expect(await page.locator('#routes tbody').textContent()).toContain('ChargesController.create');
+    expect(problems).toEqual([]);
+  });
+
+  it('shows a stuck key, and releases it after a confirmation: the retry then runs', async () => {
+    const key = randomUUID();
+    const customer = `cus_stuck_${adapter}`;
+    const slow = { ...charge, customer, simulate: { delayMs: 6_000 } };
+    const original = createCharge(url, key, slow);
+    await sleep(300);
+    await page.click('#refresh');
+    const row = page.locator('#stuck-keys tr.stuck', { hasText: `${key.slice(0, 4)}…(36)` });
+    await row.waitFor();
+    expect(await page.locator('#stuck-keys').textContent()).not.toContain(key);
+    expect((await createCharge(url, key, slow)).status).toBe(409);
+
+    await row.locator('button.release').click();
+    await page.locator('#confirm[open]').waitFor();
+    expect(await page.locator('#confirm-text').textContent()).toMatch(/next retry takes the key over/);
+    await page.click('#confirm-ok');
+    await page.locator('#toast', { hasText: 'Released' }).waitFor();
+
+    // Within a heartbeat the retry takes the key over and runs (its own 6 s); the released attempt is fenced.
+    let retry = await createCharge(url, key, slow);
+    for (let i = 0; retry.status === 409 && i < 30; i++) {
+      await sleep(100);
+      retry = await createCharge(url, key, slow);
+    }
+    expect(retry.status).toBe(201);
+    expect((await original).status).toBe(409);
+    // One charge: the released attempt's insert rolled back with its fenced completion.
+    const charges = await db.query('SELECT id FROM charges WHERE customer = $1', [customer]);
+    expect(charges.rows).toEqual([{ id: retry.json().id }]);
+    const keyRow = await db.query('SELECT status, attempt FROM idempotency_keys WHERE key = $1', [key]);
+    expect(keyRow.rows[0]).toEqual({ status: 'completed', attempt: 2 });
+    expect(problems).toEqual([]);
+  });
+
+  it('finds a key with the lookup', async () => {
+    const key = randomUUID();
+    expect((await createCharge(url, key)).status).toBe(201);
+    await page.goto(`${url}/board#lookup`);
+    expect(await page.inputValue('#lookup-tenant')).toBe('tenant-a');
+    await page.fill('#lookup-key', key);
+    await page.click('#lookup-form button[type=submit]');
+    const details = page.locator('#lookup-details');
+    await details.waitFor();
+    const text = await details.textContent();
+    expect(text).toContain('completed');
+    expect(text).toContain('Stored status201');
+    expect(text).not.toContain(key);
+    expect(problems).toEqual([]);
+    await page.fill('#lookup-key', 'no-such-key');
+    await page.click('#lookup-form button[type=submit]');
+    await page.locator('#lookup-error', { hasText: 'No such key for this tenant' }).waitFor();
+    // The browser logs the lookup's 404 answer itself; nothing else.
+    expect(problems).toEqual([expect.stringMatching(/status of 404/)]);
+    problems.length = 0;
+  });
+
+  it('redrives a dead letter, which the relay then delivers', async () => {
+    const orderId = randomUUID();
+    const { rows } = await db.query(
+      `INSERT INTO outbox_messages (tenant_id, topic, payload, status, attempts, last_error)
+       VALUES ('tenant-a', 'receipt.email', $1, 'dead', 5, 'mailbox unavailable') RETURNING id`,
+      [JSON.stringify({ orderId, email: 'board@example.com', amount: 100 })],
+    );
+    const id = String(rows[0].id);
+    await page.goto(`${url}/board#dead`);
+    const row = page.locator('#dead-letters tr.dead-letter', { hasText: 'mailbox unavailable' });
+    await row.waitFor();
+    await row.locator('button.redrive').click();
+    expect(await page.locator('#confirm-text').textContent()).toContain(`message ${id}`);
+    await page.click('#confirm-ok');
+    await page.locator('#toast', { hasText: 'Redriven: 1.' }).waitFor();
+    for (let i = 0; i < 50; i++) {
+      const delivered = await db.query('SELECT 1 FROM receipt_deliveries WHERE message_id = $1', [id]);
+      if (delivered.rowCount) break;
+      await sleep(100);
+    }
+    expect((await db.query(`SELECT status FROM outbox_messages WHERE id = $1`, [id])).rows[0].status).toBe('delivered');
+    expect(problems).toEqual([]);
+  });
+
+  it('keeps a screenshot of the overview', async () => {
+    await page.goto(`${url}/board`);
+    await page.locator('#count-completed').waitFor();
+    await page.locator('#outcome-chart').waitFor();
+    await mkdir(ARTIFACTS, { recursive: true });
+    const path = new URL(`board-overview-${adapter}.png`, ARTIFACTS);
+    const image = await page.screenshot({ path: path.pathname, fullPage: true });
+    expect(image.length).toBeGreaterThan(10_000);
+    expect(problems).toEqual([]);
+  });
+});
