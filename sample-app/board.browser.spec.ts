@@ -3,6 +3,7 @@ import type { INestApplication } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { mkdir } from 'node:fs/promises';
 import type pg from 'pg';
+import helmet from 'helmet';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { CHROMIUM_PATH, describeEachWithBrowser } from '../test/support/browser.js';
 import { databaseUrl, freshSchema, sqlClient } from '../test/support/database.js';
@@ -179,6 +180,37 @@ describeEachWithBrowser(ADAPTERS, 'the operator board in Chromium, sample app ov
     }
     expect((await db.query(`SELECT status FROM outbox_messages WHERE id = $1`, [id])).rows[0].status).toBe('delivered');
     expect(problems).toEqual([]);
+  });
+
+  it("works under helmet's default Content-Security-Policy in place of the board's own", async () => {
+    const directives = helmet.contentSecurityPolicy.getDefaultDirectives();
+    const helmetPolicy = Object.entries(directives)
+      .map(([name, values]) => [name, ...[...(values as Iterable<string>)]].join(' '))
+      .join('; ');
+    const underHelmet = await browser.newContext({ extraHTTPHeaders: { Authorization: `Bearer ${KEY_A}` } });
+    const seen: string[] = [];
+    try {
+      // Every answer of the board reaches the page with helmet's policy instead of the board's.
+      await underHelmet.route(`${url}/board**`, async (route) => {
+        const response = await route.fetch();
+        await route.fulfill({ response, headers: { ...response.headers(), 'content-security-policy': helmetPolicy } });
+      });
+      const helmeted = await underHelmet.newPage();
+      helmeted.on('console', (message) => {
+        if (message.type() === 'error') seen.push(message.text());
+      });
+      helmeted.on('pageerror', (error) => seen.push(error.message));
+      expect((await createCharge(url, randomUUID())).status).toBe(201);
+      const response = await helmeted.goto(`${url}/board`);
+      expect(response?.headers()['content-security-policy']).toBe(helmetPolicy);
+      await helmeted.locator('#count-completed').waitFor();
+      await helmeted.locator('#outcome-chart rect.bar').first().waitFor();
+      await helmeted.click('#refresh');
+      await helmeted.locator('#updated', { hasText: 'Updated' }).waitFor();
+      expect(seen).toEqual([]);
+    } finally {
+      await underHelmet.close();
+    }
   });
 
   it('keeps a screenshot of the overview', async () => {
