@@ -203,6 +203,18 @@ describe.each(ADAPTERS)('IdempotencyBoardModule over %s', (adapter) => {
     peerGates = peer.get(Gates);
     db = await sqlClient(schema);
   });
+  /** A request of tenant-a held inside its handler, and the stuck keys an admin's board lists meanwhile. */
+  async function hungAttempt(labelPrefix: string, keyPrefix: string) {
+    const label = `${labelPrefix}-${Date.now()}`;
+    const key = `${keyPrefix}-${label}`;
+    gates.hold(label);
+    const original = work(url, label, key, 'tenant-a');
+    while ((gates.runs.get(label) ?? 0) < 1) await sleep(10);
+    const admin = await operatorSession(url, 'admin');
+    const { keys } = (await admin.get('stuck')).json();
+    return { label, key, original, admin, keys };
+  }
+
   afterEach(async () => {
     await db.query('DELETE FROM idempotency_keys');
     await db.query('DELETE FROM outbox_messages');
@@ -304,14 +316,7 @@ describe.each(ADAPTERS)('IdempotencyBoardModule over %s', (adapter) => {
   });
 
   it('lists a hung attempt as stuck; a release lets the next retry run at once and fences the released attempt', async () => {
-    const label = `hung-${Date.now()}`;
-    const key = `stuck-key-${label}`;
-    gates.hold(label);
-    const original = work(url, label, key, 'tenant-a');
-    while ((gates.runs.get(label) ?? 0) < 1) await sleep(10);
-
-    const admin = await operatorSession(url, 'admin');
-    const { keys } = (await admin.get('stuck')).json();
+    const { label, key, original, admin, keys } = await hungAttempt('hung', 'stuck-key');
     expect(keys).toHaveLength(1);
     expect(keys[0]).toMatchObject({ tenant: 'tenant-a', key: 'stuc…(' + key.length + ')', attempt: 1, leasePassed: false });
     expect(JSON.stringify(keys)).not.toContain(key);
@@ -343,13 +348,7 @@ describe.each(ADAPTERS)('IdempotencyBoardModule over %s', (adapter) => {
   });
 
   it('lets a retry on the instance of a released, still hung attempt run once its heartbeat sees the release', async () => {
-    const label = `hung-here-${Date.now()}`;
-    const key = `stuck-here-${label}`;
-    gates.hold(label);
-    const original = work(url, label, key, 'tenant-a');
-    while ((gates.runs.get(label) ?? 0) < 1) await sleep(10);
-    const admin = await operatorSession(url, 'admin');
-    const { keys } = (await admin.get('stuck')).json();
+    const { label, key, original, admin, keys } = await hungAttempt('hung-here', 'stuck-here');
     expect((await admin.post('stuck/release', { tenant: 'tenant-a', ref: keys[0].ref })).status).toBe(200);
     // Within one heartbeat (a third of the 3 s lease) this instance stops answering its own duplicates 409.
     const startedAt = Date.now();

@@ -7,6 +7,7 @@ import { databaseUrl } from './support/database.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const BROKER_SPEC = 'test/messages-rabbitmq.e2e.spec.ts';
+const BROWSER_SPEC = 'sample-app/board.browser.spec.ts';
 
 /** A loopback port nothing listens on: bound, then released. */
 async function closedPort(): Promise<number> {
@@ -18,7 +19,10 @@ async function closedPort(): Promise<number> {
 }
 
 /** `npm test -- <spec>` as a process of its own, with the brokers pointed at a closed port. */
-async function runJest(env: Record<string, string | undefined>): Promise<{ code: number | null; output: string }> {
+async function runJest(
+  env: Record<string, string | undefined>,
+  spec = BROKER_SPEC,
+): Promise<{ code: number | null; output: string }> {
   const port = await closedPort();
   const childEnv: Record<string, string | undefined> = {
     ...process.env,
@@ -28,12 +32,13 @@ async function runJest(env: Record<string, string | undefined>): Promise<{ code:
     RABBITMQ_URL: `amqp://guest:guest@127.0.0.1:${port}`,
     NATS_URL: `127.0.0.1:${port}`,
     REQUIRE_BROKERS: undefined,
+    REQUIRE_BROWSER: undefined,
     IDEMPOTENCY_TEST_BROKERS: undefined,
     JEST_WORKER_ID: undefined,
     ...env,
   };
   for (const [name, value] of Object.entries(childEnv)) if (value === undefined) delete childEnv[name];
-  const child = spawn(process.execPath, [join(ROOT, 'node_modules/jest/bin/jest.js'), '--runTestsByPath', BROKER_SPEC], {
+  const child = spawn(process.execPath, [join(ROOT, 'node_modules/jest/bin/jest.js'), '--runTestsByPath', spec], {
     cwd: ROOT,
     env: childEnv as NodeJS.ProcessEnv,
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -57,7 +62,7 @@ describe('suites that need a message broker', () => {
     // Only the stand-in ran, none of the suite's own tests.
     expect(output).toMatch(/Tests:\s+1 passed, 1 total/);
     const banner = output.slice(output.lastIndexOf('Ran all test suites'));
-    expect(banner).toContain('NOT RUN: 1 suite(s) need a message broker that did not answer.');
+    expect(banner).toContain('NOT RUN: 1 suite(s) need a message broker that did not answer, or a browser');
     expect(banner).toContain(`${BROKER_SPEC} › idempotent message handlers on RabbitMQ`);
     expect(banner).toContain('Needs RabbitMQ, which did not answer at amqp://guest:***@127.0.0.1:');
     expect(banner).toContain(`npm test -- ${BROKER_SPEC}`);
@@ -69,5 +74,24 @@ describe('suites that need a message broker', () => {
     expect(output).toContain('REQUIRE_BROKERS is set, and these brokers did not answer:');
     expect(output).toContain('RabbitMQ at amqp://guest:***@127.0.0.1:');
     expect(output).not.toMatch(/Tests:\s+\d+ passed/);
+  });
+});
+
+/** The same for the operator board's browser suite where Chromium is not installed (REQUIRE_BROWSER, set in .ci/run). */
+describe('the suite that needs a browser', () => {
+  it('is not run where Chromium is missing: the run passes, and its last words say how to install it', async () => {
+    const { code, output } = await runJest({ CHROMIUM_PATH: '/nonexistent/chromium' }, BROWSER_SPEC);
+    expect({ code, output }).toEqual({ code: 0, output: expect.any(String) });
+    expect(output).toMatch(/Tests:\s+1 passed, 1 total/);
+    const banner = output.slice(output.lastIndexOf('Ran all test suites'));
+    expect(banner).toContain(`${BROWSER_SPEC} › the operator board in Chromium`);
+    expect(banner).toContain('Needs Chromium, which is not at /nonexistent/chromium');
+  });
+
+  it('fails where Chromium is missing and REQUIRE_BROWSER is set', async () => {
+    const { code, output } = await runJest({ CHROMIUM_PATH: '/nonexistent/chromium', REQUIRE_BROWSER: '1' }, BROWSER_SPEC);
+    expect(code).not.toBe(0);
+    expect(output).toContain('REQUIRE_BROWSER is set: needs Chromium');
+    expect(output).toMatch(/Tests:\s+1 failed, 1 total/);
   });
 });

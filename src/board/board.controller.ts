@@ -133,9 +133,7 @@ export class BoardControllerBase {
   @Post('api/stuck/release')
   @HttpCode(200)
   async release(@Req() request: BoardRequest, @Body() body: unknown, @Res({ passthrough: true }) response: unknown) {
-    this.headers(response);
-    this.requireCsrf(request);
-    const { tenant, ref } = (body ?? {}) as { tenant?: unknown; ref?: unknown };
+    const { tenant, ref } = this.action<'tenant' | 'ref'>(request, response, body);
     if (typeof ref !== 'string' || !UUID.test(ref)) throw boardProblems.badRequest('ref');
     const owner = tenantFor(scopeOf(request), tenant);
     if (!(await this.queries.release(owner, ref))) throw boardProblems.released();
@@ -145,9 +143,7 @@ export class BoardControllerBase {
   @Post('api/lookup')
   @HttpCode(200)
   async lookup(@Req() request: BoardRequest, @Body() body: unknown, @Res({ passthrough: true }) response: unknown) {
-    this.headers(response);
-    this.requireCsrf(request);
-    const { tenant, key } = (body ?? {}) as { tenant?: unknown; key?: unknown };
+    const { tenant, key } = this.action<'tenant' | 'key'>(request, response, body);
     if (typeof key !== 'string' || key.length === 0 || key.length > 1000) throw boardProblems.badRequest('key');
     const owner = tenantFor(scopeOf(request), tenant === '' ? undefined : tenant);
     const details = await this.queries.lookup(owner, key, this.options.showBodies);
@@ -167,9 +163,7 @@ export class BoardControllerBase {
   @Post('api/dead-letters/redrive')
   @HttpCode(200)
   async redrive(@Req() request: BoardRequest, @Body() body: unknown, @Res({ passthrough: true }) response: unknown) {
-    this.headers(response);
-    this.requireCsrf(request);
-    const { ids, all } = (body ?? {}) as { ids?: unknown; all?: unknown };
+    const { ids, all } = this.action<'ids' | 'all'>(request, response, body);
     let chosen: string[] | undefined;
     if (all === true && ids === undefined) chosen = undefined;
     else if (
@@ -204,8 +198,11 @@ export class BoardControllerBase {
     );
   }
 
-  private requireCsrf(request: BoardRequest): void {
+  /** An action (a POST): the board's headers, the anti-forgery check, and the JSON body's fields, unchecked. */
+  private action<Field extends string>(request: BoardRequest, response: unknown, body: unknown): Partial<Record<Field, unknown>> {
+    this.headers(response);
     if (!csrfAccepted(request.headers)) throw boardProblems.csrf();
+    return typeof body === 'object' && body !== null ? (body as Partial<Record<Field, unknown>>) : {};
   }
 }
 
