@@ -81,6 +81,17 @@ export class IdempotencyService {
   }
 
   /**
+   * Tells this process that the lease of its attempt on `(tenant, key)` was
+   * ended in the store (the operator board's release does, after its UPDATE),
+   * so duplicates arriving here are not answered 409 from memory. Other
+   * processes notice through the store at once, and this one would at its
+   * next heartbeat anyway.
+   */
+  leaseEnded(tenant: string, key: string): void {
+    this.engine.forgetLease(tenant, key);
+  }
+
+  /**
    * Runs `work` at most once for `(tenant, key)`, with the same guarantees as
    * an `@Idempotent()` route: the claim commits alone, `work`'s writes through
    * the given manager (or `TransactionHost`) commit with the completion marker,

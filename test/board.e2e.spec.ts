@@ -198,8 +198,10 @@ describe.each(ADAPTERS)('IdempotencyBoardModule over %s', (adapter) => {
       { path: 'admin/board-with-bodies', guard: new OperatorGuard(), scope: operatorScope, showBodies: true },
     ]));
     gates = app.get(Gates);
-    // A second instance of the app on the same database, without a board.
-    ({ app: peer, url: peerUrl } = await startBoardApp(adapter, schema, []));
+    // A second instance of the app on the same database, with a board of its own.
+    ({ app: peer, url: peerUrl } = await startBoardApp(adapter, schema, [
+      { path: 'board', guard: OperatorGuard, scope: operatorScope },
+    ]));
     peerGates = peer.get(Gates);
     db = await sqlClient(schema);
   });
@@ -347,9 +349,21 @@ describe.each(ADAPTERS)('IdempotencyBoardModule over %s', (adapter) => {
     expect(row).toEqual({ status: 'completed', attempt: 2 });
   });
 
-  it('lets a retry on the instance of a released, still hung attempt run once its heartbeat sees the release', async () => {
+  it('lets a retry on the instance of the released attempt run at once when that instance released it', async () => {
     const { label, key, original, admin, keys } = await hungAttempt('hung-here', 'stuck-here');
     expect((await admin.post('stuck/release', { tenant: 'tenant-a', ref: keys[0].ref })).status).toBe(200);
+    // The board told its own process: no duplicate here is answered 409 from memory any more.
+    expect((await work(url, label, key, 'tenant-a')).status).toBe(201);
+    gates.release(label);
+    expect((await original).status).toBe(409);
+    const { rows } = await db.query('SELECT count(*)::int AS n FROM effects WHERE label = $1', [label]);
+    expect(rows[0].n).toBe(1);
+  });
+
+  it("lets it run within a heartbeat when another instance's board released it", async () => {
+    const { label, key, original, keys } = await hungAttempt('hung-there', 'stuck-there');
+    const elsewhere = await operatorSession(peerUrl, 'admin');
+    expect((await elsewhere.post('stuck/release', { tenant: 'tenant-a', ref: keys[0].ref })).status).toBe(200);
     // Within one heartbeat (a third of the 3 s lease) this instance stops answering its own duplicates 409.
     const startedAt = Date.now();
     let retry = await work(url, label, key, 'tenant-a');

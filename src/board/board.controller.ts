@@ -2,6 +2,7 @@ import { Body, Controller, Get, HttpCode, Inject, Post, Req, Res, UseFilters, Us
 import { HttpAdapterHost } from '@nestjs/core';
 import { IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
+import { IdempotencyService } from '../idempotency.service.js';
 import { IdempotencySweeper } from '../sweeper/idempotency.sweeper.js';
 import { BOARD_SCRIPT, BOARD_STYLES, boardPage } from './board-page.js';
 import { BoardProblemFilter, boardProblems } from './board-problems.js';
@@ -68,6 +69,7 @@ export class BoardControllerBase {
     private readonly queries: BoardQueries,
     private readonly outcomes: BoardOutcomes,
     private readonly sweeper: IdempotencySweeper,
+    private readonly idempotency: IdempotencyService,
     private readonly adapterHost: HttpAdapterHost,
   ) {}
 
@@ -136,7 +138,10 @@ export class BoardControllerBase {
     const { tenant, ref } = this.action<'tenant' | 'ref'>(request, response, body);
     if (typeof ref !== 'string' || !UUID.test(ref)) throw boardProblems.badRequest('ref');
     const owner = tenantFor(scopeOf(request), tenant);
-    if (!(await this.queries.release(owner, ref))) throw boardProblems.released();
+    const key = await this.queries.release(owner, ref);
+    if (key === undefined) throw boardProblems.released();
+    // If the attempt runs in this process, its duplicates here must not be answered 409 from memory meanwhile.
+    this.idempotency.leaseEnded(owner, key);
     return { released: true };
   }
 

@@ -187,18 +187,18 @@ export class BoardQueries {
    * token: the next retry takes the key over at once (its attempt counted, as
    * after a crash), and the released attempt, if it is still running, loses
    * its heartbeat and its completion to the fence and rolls back.
-   * @returns false when that attempt no longer holds the key
+   * @returns the released key, or undefined when that attempt no longer holds it
    */
-  async release(tenant: string, ref: string): Promise<boolean> {
-    const rows = await this.write<{ attempt: number }>(
+  async release(tenant: string, ref: string): Promise<string | undefined> {
+    const rows = await this.write<{ key: string }>(
       `${sqlMarker('board-release')}
        UPDATE ${this.keys}
           SET lease_expires_at = now(), owner_token = gen_random_uuid()
         WHERE tenant_id = $1 AND owner_token = $2::uuid AND status = 'in_flight'
-        RETURNING attempt`,
+        RETURNING key`,
       [tenant, ref],
     );
-    return rows.length === 1;
+    return rows[0]?.key;
   }
 
   async lookup(tenant: string, key: string, withBody: boolean): Promise<KeyDetails | undefined> {

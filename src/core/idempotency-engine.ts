@@ -532,6 +532,16 @@ export class IdempotencyEngine<Tx> {
   }
 
   /**
+   * Someone ended the lease of this process's attempt on `(tenant, key)` in
+   * the store (an operator, through the board): its duplicates here ask the
+   * store from now on, as they would once its heartbeat noticed.
+   */
+  forgetLease(tenant: string, key: string): void {
+    const running = this.local.get(localId({ tenant, key }));
+    if (running) running.held.leaseEndsAt = 0;
+  }
+
+  /**
    * Renews the lease every third of it while the work runs, for at most
    * `maxHoldMs` from the claim: a handler that hangs must not hold its key,
    * its transaction and a connection for ever. A renewal that finds the key
@@ -601,7 +611,7 @@ function outcomeOf(error: unknown): IdempotencyOutcome {
 }
 
 /** Where a key's execution is found in this process. */
-function localId(work: WorkScope): string {
+function localId(work: Pick<WorkScope, 'tenant' | 'key'>): string {
   return `${work.tenant.length}:${work.tenant}:${work.key}`;
 }
 
