@@ -317,7 +317,7 @@ export async function measureVariants<N extends VariantName>(
  * thousands of small objects whose keys are not in sorted order, so the
  * canonical fingerprint has its real work to do.
  */
-function bigBody(bytes: number): string {
+export function bigBody(bytes: number): string {
   const lines: object[] = [];
   const charge = { ...CHARGE, metadata: { order: 'ord_bench', lines } };
   let size = Buffer.byteLength(JSON.stringify(charge));

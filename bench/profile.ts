@@ -21,7 +21,7 @@ import { join } from 'node:path';
 import { AppProcess } from './app-process.js';
 import { loadConfig } from './config.js';
 import { BackendCpu, connect, openDatabase, resetSchema, vacuumAnalyze } from './database.js';
-import { BODY, createCompletedKeys, cpuNow, cpuSince, VARIANTS, type VariantName } from './http-scenarios.js';
+import { bigBody, BODY, createCompletedKeys, cpuNow, cpuSince, VARIANTS, type VariantName } from './http-scenarios.js';
 import { runLoad } from './load.js';
 import { APP_APPLICATION_NAME } from './protocol.js';
 
@@ -65,11 +65,13 @@ async function main(): Promise<void> {
           const replayKeys = await createCompletedKeys(app, config, `profile-${randomUUID()}`);
           await vacuumAnalyze(db);
           let replayIndex = 0;
+          const big = routes.some((route) => VARIANTS[route].body === 'big') ? bigBody(config.bigBodyBytes) : undefined;
+          // The big-body routes as the bench loads them: the ~1 MiB body, with the bench's connections for it.
           const loadOf = (route: VariantName) => ({
             url: app.url,
             path: VARIANTS[route].path,
-            body: BODY,
-            connections: config.connections,
+            body: VARIANTS[route].body === 'big' ? big! : BODY,
+            connections: VARIANTS[route].body === 'big' ? config.bigBodyConnections : config.connections,
             key: VARIANTS[route].keys === 'new' ? () => randomUUID() : () => replayKeys[replayIndex++ % replayKeys.length],
           });
           for (const route of routes) await runLoad({ ...loadOf(route), seconds: 3 });
