@@ -1,4 +1,17 @@
-import { Body, Controller, Get, HttpCode, Inject, Post, Req, Res, UseFilters, UseGuards, type Type } from '@nestjs/common';
+import {
+  Body,
+  Controller,
+  Get,
+  HttpCode,
+  Inject,
+  Post,
+  Req,
+  Res,
+  SetMetadata,
+  UseFilters,
+  UseGuards,
+  type Type,
+} from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
@@ -20,6 +33,9 @@ interface BoardRequest {
   protocol?: string;
   secure?: boolean;
 }
+
+/** The metadata key of @nestjs/swagger's `@ApiExcludeController()`. */
+const SWAGGER_EXCLUDE_CONTROLLER = 'swagger/apiExcludeController';
 
 const MAX_TENANTS = 100;
 const MAX_LISTED = 100;
@@ -214,6 +230,9 @@ export class BoardControllerBase {
 /** The controller at the app's chosen path: a subclass per board, since Nest reads a controller's path from its class. */
 export function boardController(path: string): Type<BoardControllerBase> {
   @Controller(path)
+  // @nestjs/swagger's @ApiExcludeController() as metadata, so Swagger stays an optional peer: an operator's
+  // page and its JSON are no part of the API an app documents.
+  @SetMetadata(SWAGGER_EXCLUDE_CONTROLLER, [true])
   class IdempotencyBoardController extends BoardControllerBase {}
   return IdempotencyBoardController;
 }
