@@ -92,6 +92,7 @@ async function startBoardApp(
   boards: Array<Parameters<typeof IdempotencyBoardModule.forRoot>[0]>,
   logger: LoggerService | false = false,
   lease = 3_000,
+  globalPrefix?: string,
 ): Promise<{ app: INestApplication; url: string }> {
   @Module({
     imports: [
@@ -113,6 +114,7 @@ async function startBoardApp(
     adapter === 'express'
       ? await NestFactory.create(BoardTestModule, new ExpressAdapter(), { logger, abortOnError: false })
       : await NestFactory.create(BoardTestModule, new FastifyAdapter(), { logger, abortOnError: false });
+  if (globalPrefix) app.setGlobalPrefix(globalPrefix);
   await app.listen(0, '127.0.0.1');
   return { app, url: (await app.getUrl()).replace('[::1]', '127.0.0.1') };
 }
@@ -174,6 +176,24 @@ describe('IdempotencyBoardModule at start-up', () => {
     try {
       expect(logger.lines.some((line) => line.startsWith('WARN') && /open-board runs without a guard/.test(line))).toBe(true);
       expect((await send(url, 'GET', '/open-board/api/overview')).status).toBe(200);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it.each(ADAPTERS)("addresses its assets and API below the app's global prefix (%s)", async (adapter) => {
+    const schema = await freshSchema(`board_prefix_${adapter}`);
+    await createTables(schema);
+    await createOutboxTable(schema);
+    const { app, url } = await startBoardApp(adapter, schema, [{ path: 'board', unguarded: true }], false, 3_000, 'api/v1');
+    try {
+      const page = await send(url, 'GET', '/api/v1/board');
+      expect(page.status).toBe(200);
+      expect(page.text()).toContain('<script src="/api/v1/board/assets/board.js" defer></script>');
+      expect(page.text()).toContain('<meta name="board-base" content="/api/v1/board">');
+      expect(String(page.headers['set-cookie'])).toContain('Path=/api/v1/board;');
+      expect((await send(url, 'GET', '/api/v1/board/assets/board.js')).status).toBe(200);
+      expect((await send(url, 'GET', '/api/v1/board/api/overview')).status).toBe(200);
     } finally {
       await app.close();
     }
