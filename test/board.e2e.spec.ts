@@ -208,9 +208,10 @@ describe.each(ADAPTERS)('IdempotencyBoardModule over %s', (adapter) => {
   let peer: INestApplication;
   let peerUrl: string;
   let peerGates: Gates;
+  let schema: string;
 
   beforeAll(async () => {
-    const schema = await freshSchema(`board_${adapter}`);
+    schema = await freshSchema(`board_${adapter}`);
     await createTables(schema);
     await createOutboxTable(schema);
     ({ app, url } = await startBoardApp(adapter, schema, [
@@ -474,6 +475,25 @@ describe.each(ADAPTERS)('IdempotencyBoardModule over %s', (adapter) => {
     const shown = (await withBodies.post('lookup', { tenant: 'tenant-a', key: 'lookup-key-1' })).json();
     expect(shown.response).toMatchObject({ bodyEncoding: 'utf8', truncated: false });
     expect(JSON.parse(shown.response.body)).toEqual({ label });
+  });
+
+  it('answers the rest of the overview when counting the key table takes too long, and says so', async () => {
+    // Another session holds the key table: the board's count waits for it until its statement timeout.
+    const locker = await sqlClient(schema);
+    try {
+      await locker.query('BEGIN');
+      await locker.query('LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE');
+      const admin = await operatorSession(url, 'admin');
+      const startedAt = Date.now();
+      const overview = await admin.get('overview');
+      expect(overview.status).toBe(200);
+      expect(Date.now() - startedAt).toBeGreaterThanOrEqual(4_500);
+      expect(overview.json().keys).toEqual({ unavailable: expect.stringMatching(/did not answer within 5000 ms/) });
+      expect(overview.json().outbox).toEqual({ pending: 0, retrying: 0, dead: 0 });
+    } finally {
+      await locker.query('ROLLBACK');
+      await locker.end();
+    }
   });
 
   it('lists dead letters with their last error, and redrives one, then all, within the scope', async () => {
