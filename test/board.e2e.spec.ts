@@ -15,7 +15,7 @@ import { ExpressAdapter } from '@nestjs/platform-express';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import type pg from 'pg';
-import type { EntityManager } from 'typeorm';
+import type { EntityManager, Logger as TypeOrmLogger } from 'typeorm';
 import { BoardProblemType, IdempotencyBoardModule, type BoardScope } from '../src/board/index.js';
 import { IdempotencyConfigurationError, Idempotent, IdempotencyModule, TxManager } from '../src/index.js';
 import { createOutboxTable, createTables, dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
@@ -86,6 +86,25 @@ class CapturingLogger implements LoggerService {
   }
 }
 
+/** TypeORM's query logging, switched on, every line kept: what an app with `logging: 'all'` would write. */
+class QueryLog implements TypeOrmLogger {
+  lines: string[] = [];
+  logQuery(query: string, parameters?: unknown[]) {
+    this.lines.push(`${query} ${JSON.stringify(parameters ?? [])}`);
+  }
+  logQueryError(error: string | Error, query: string, parameters?: unknown[]) {
+    this.lines.push(`ERROR ${String(error)} ${query} ${JSON.stringify(parameters ?? [])}`);
+  }
+  logQuerySlow(time: number, query: string, parameters?: unknown[]) {
+    this.lines.push(`SLOW ${query} ${JSON.stringify(parameters ?? [])}`);
+  }
+  logSchemaBuild() {}
+  logMigration() {}
+  log(_level: string, message: unknown) {
+    this.lines.push(String(message));
+  }
+}
+
 async function startBoardApp(
   adapter: AdapterName,
   schema: string,
@@ -93,10 +112,14 @@ async function startBoardApp(
   logger: LoggerService | false = false,
   lease = 3_000,
   globalPrefix?: string,
+  queryLogger?: TypeOrmLogger,
 ): Promise<{ app: INestApplication; url: string }> {
   @Module({
     imports: [
-      TypeOrmModule.forRoot({ ...dataSourceOptions(schema), retryAttempts: 0 }),
+      TypeOrmModule.forRoot({
+        ...dataSourceOptions(schema, queryLogger ? { logger: queryLogger, logging: 'all' } : {}),
+        retryAttempts: 0,
+      }),
       IdempotencyModule.forRoot({
         tenant: (context) => context.switchToHttp().getRequest<{ headers: Record<string, string> }>().headers['x-tenant'],
         sweep: false,
@@ -176,6 +199,43 @@ describe('IdempotencyBoardModule at start-up', () => {
     try {
       expect(logger.lines.some((line) => line.startsWith('WARN') && /open-board runs without a guard/.test(line))).toBe(true);
       expect((await send(url, 'GET', '/open-board/api/overview')).status).toBe(200);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('never writes a key into the logs, with TypeORM query logging on', async () => {
+    const schema = await freshSchema('board_logs');
+    await createTables(schema);
+    await createOutboxTable(schema);
+    const log = new QueryLog();
+    const { app, url } = await startBoardApp(
+      'express',
+      schema,
+      [{ path: 'board', unguarded: true }],
+      false,
+      3_000,
+      undefined,
+      log,
+    );
+    const key = 'board-secret-key-7f3a9c';
+    try {
+      const db = await sqlClient(schema);
+      try {
+        await db.query(
+          `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at)
+           VALUES ('tenant-a', $1, 'fp', 'in_flight', gen_random_uuid(), now() - interval '1 second', now() + interval '1 day')`,
+          [key],
+        );
+      } finally {
+        await db.end();
+      }
+      const session = await operatorSession(url, 'admin');
+      expect((await session.post('lookup', { tenant: 'tenant-a', key })).status).toBe(200);
+      const { keys } = (await session.get('stuck')).json();
+      expect((await session.post('stuck/release', { tenant: 'tenant-a', ref: keys[0].ref })).status).toBe(200);
+      expect(log.lines.some((line) => line.includes('board-lookup'))).toBe(true);
+      expect(log.lines.filter((line) => line.includes(key))).toEqual([]);
     } finally {
       await app.close();
     }
@@ -494,6 +554,43 @@ describe.each(ADAPTERS)('IdempotencyBoardModule over %s', (adapter) => {
       await locker.query('ROLLBACK');
       await locker.end();
     }
+  });
+
+  it('answers malformed lookups and actions with a 400 problem, never a 500', async () => {
+    const admin = await operatorSession(url, 'admin');
+    const cases: Array<[string, unknown]> = [
+      ['lookup', { tenant: 'tenant-a', key: 'has\u0000nul' }],
+      ['lookup', { tenant: 'tenant-a', key: 'has space' }],
+      ['lookup', { tenant: 'tenant-a', key: 'é' }],
+      ['lookup', { tenant: 'tenant-a', key: 'k'.repeat(256) }],
+      ['lookup', { tenant: 'tenant-a', key: 42 }],
+      ['lookup', { tenant: 'nul\u0000tenant', key: 'k' }],
+      ['stuck/release', { tenant: 'tenant-a', ref: "x' OR 1=1 --" }],
+      ['stuck/release', { tenant: ['tenant-a'], ref: '00000000-0000-4000-8000-000000000000' }],
+      ['dead-letters/redrive', { ids: ['1 OR 1=1'] }],
+      ['dead-letters/redrive', { ids: ['99999999999999999999'] }],
+      ['dead-letters/redrive', { ids: [] }],
+    ];
+    for (const [action, body] of cases) {
+      const res = await admin.post(action, body);
+      expect({ action, body, status: res.status, type: problemOf(res).type }).toEqual({
+        action,
+        body,
+        status: 400,
+        type: BoardProblemType.badRequest,
+      });
+    }
+    const rawJson = await send(url, 'POST', '/board/api/lookup', {
+      headers: [
+        ['X-Operator', 'admin'],
+        ['Cookie', admin.cookie],
+        ['X-Board-Csrf', admin.token],
+      ],
+      rawBody: '{"tenant": "tenant-a", "key": ',
+    });
+    // The app's body parser answers these itself (Express's strict JSON refuses a bare string): a 400 all the same.
+    expect(rawJson.status).toBe(400);
+    expect((await admin.post('lookup', 'not an object')).status).toBe(400);
   });
 
   it('lists dead letters with their last error, and redrives one, then all, within the scope', async () => {

@@ -39,6 +39,8 @@ const SWAGGER_EXCLUDE_CONTROLLER = 'swagger/apiExcludeController';
 
 const MAX_TENANTS = 100;
 const MAX_LISTED = 100;
+/** What a stored key is made of (CONTRACT A1: visible ASCII, after any sf-string unquoting). */
+const STORED_KEY = /^[\x21-\x7e]+$/;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const OUTBOX_ID = /^[1-9][0-9]{0,18}$/;
 
@@ -52,7 +54,9 @@ function tenantFor(scope: BoardScope, named: unknown): string {
     if (named !== undefined && named !== scope.tenant) throw boardProblems.notFound();
     return scope.tenant;
   }
-  if (typeof named !== 'string' || named.length === 0 || named.length > 1000) throw boardProblems.badRequest('tenant');
+  // A NUL cannot be stored in a text column: such a tenant exists nowhere, and PostgreSQL would refuse it with an error.
+  if (typeof named !== 'string' || named.length === 0 || named.length > 1000 || named.includes('\0'))
+    throw boardProblems.badRequest('tenant');
   return named;
 }
 
@@ -165,7 +169,9 @@ export class BoardControllerBase {
   @HttpCode(200)
   async lookup(@Req() request: BoardRequest, @Body() body: unknown, @Res({ passthrough: true }) response: unknown) {
     const { tenant, key } = this.action<'tenant' | 'key'>(request, response, body);
-    if (typeof key !== 'string' || key.length === 0 || key.length > 1000) throw boardProblems.badRequest('key');
+    // Only a key the module accepts can be in the table: anything else is a malformed lookup, never a database error.
+    if (typeof key !== 'string' || key.length > this.moduleOptions.maxKeyLength || !STORED_KEY.test(key))
+      throw boardProblems.badRequest('key');
     const owner = tenantFor(scopeOf(request), tenant === '' ? undefined : tenant);
     const details = await this.queries.lookup(owner, key, this.options.showBodies);
     if (!details) throw boardProblems.notFound();
