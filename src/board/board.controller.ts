@@ -39,10 +39,23 @@ const SWAGGER_EXCLUDE_CONTROLLER = 'swagger/apiExcludeController';
 
 const MAX_TENANTS = 100;
 const MAX_LISTED = 100;
-/** What a stored key is made of (CONTRACT A1: visible ASCII, after any sf-string unquoting). */
-const STORED_KEY = /^[\x21-\x7e]+$/;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const OUTBOX_ID = /^[1-9][0-9]{0,18}$/;
+const MAX_BIGINT = 2n ** 63n - 1n;
+
+/** An outbox message id as PostgreSQL's `bigint` can hold it (19 digits can still overflow it). */
+function isOutboxId(id: unknown): id is string {
+  return typeof id === 'string' && OUTBOX_ID.test(id) && BigInt(id) <= MAX_BIGINT;
+}
+
+/**
+ * A string PostgreSQL can compare with a `text` column: anything but a NUL.
+ * Keys are not held to the header's rules here: `IdempotencyService.execute`
+ * and message consumers store keys of their own, and the lookup must find them.
+ */
+function isText(value: unknown): value is string {
+  return typeof value === 'string' && value.length > 0 && !value.includes('\0');
+}
 
 function tenantFilter(scope: BoardScope): TenantFilter {
   return 'tenant' in scope ? scope.tenant : null;
@@ -55,8 +68,7 @@ function tenantFor(scope: BoardScope, named: unknown): string {
     return scope.tenant;
   }
   // A NUL cannot be stored in a text column: such a tenant exists nowhere, and PostgreSQL would refuse it with an error.
-  if (typeof named !== 'string' || named.length === 0 || named.length > 1000 || named.includes('\0'))
-    throw boardProblems.badRequest('tenant');
+  if (!isText(named)) throw boardProblems.badRequest('tenant');
   return named;
 }
 
@@ -169,9 +181,7 @@ export class BoardControllerBase {
   @HttpCode(200)
   async lookup(@Req() request: BoardRequest, @Body() body: unknown, @Res({ passthrough: true }) response: unknown) {
     const { tenant, key } = this.action<'tenant' | 'key'>(request, response, body);
-    // Only a key the module accepts can be in the table: anything else is a malformed lookup, never a database error.
-    if (typeof key !== 'string' || key.length > this.moduleOptions.maxKeyLength || !STORED_KEY.test(key))
-      throw boardProblems.badRequest('key');
+    if (!isText(key)) throw boardProblems.badRequest('key');
     const owner = tenantFor(scopeOf(request), tenant === '' ? undefined : tenant);
     const details = await this.queries.lookup(owner, key, this.options.showBodies);
     if (!details) throw boardProblems.notFound();
@@ -193,13 +203,7 @@ export class BoardControllerBase {
     const { ids, all } = this.action<'ids' | 'all'>(request, response, body);
     let chosen: string[] | undefined;
     if (all === true && ids === undefined) chosen = undefined;
-    else if (
-      Array.isArray(ids) &&
-      ids.length > 0 &&
-      ids.length <= 1000 &&
-      ids.every((id) => typeof id === 'string' && OUTBOX_ID.test(id))
-    )
-      chosen = ids as string[];
+    else if (Array.isArray(ids) && ids.length > 0 && ids.length <= 1000 && ids.every(isOutboxId)) chosen = ids as string[];
     else throw boardProblems.badRequest('ids (or all: true)');
     return { redriven: await this.queries.redrive(tenantFilter(scopeOf(request)), chosen) };
   }

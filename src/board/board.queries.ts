@@ -223,7 +223,10 @@ export class BoardQueries {
               response_status, ${EXPIRED} AS expired, lease_expires_at <= now() AS lease_passed
               ${withBody ? `, response_headers, substring(response_body FROM 1 FOR ${SHOWN_BODY_BYTES + 1}) AS response_body` : ''}
          FROM ${this.keys}
-        WHERE tenant_id = $1 AND key = $2`,
+        WHERE tenant_id = $1 AND key = $2
+        -- The partitioned table may still hold rows of earlier, expired uses of the key: the latest is the key's state.
+        ORDER BY created_at DESC
+        LIMIT 1`,
       [tenant, key],
     );
     const row = rows[0];
