@@ -38,16 +38,25 @@ export class IdempotencyEvents {
     return () => this.tenantedListeners.delete(listener);
   }
 
+  // Called for every request: no closure per listener, and nothing at all while nobody listens.
   emit(event: IdempotencyEvent, tenant?: string): void {
-    for (const listener of this.listeners) this.call(() => listener(event), event);
-    for (const listener of this.tenantedListeners) this.call(() => listener(event, tenant), event);
+    for (const listener of this.listeners) {
+      try {
+        listener(event);
+      } catch (error) {
+        this.listenerThrew(event, error);
+      }
+    }
+    for (const listener of this.tenantedListeners) {
+      try {
+        listener(event, tenant);
+      } catch (error) {
+        this.listenerThrew(event, error);
+      }
+    }
   }
 
-  private call(notify: () => void, event: IdempotencyEvent): void {
-    try {
-      notify();
-    } catch (error) {
-      this.logger.warn(`An event listener threw on a ${event.type} event: ${error instanceof Error ? error.name : 'error'}`);
-    }
+  private listenerThrew(event: IdempotencyEvent, error: unknown): void {
+    this.logger.warn(`An event listener threw on a ${event.type} event: ${error instanceof Error ? error.name : 'error'}`);
   }
 }
