@@ -10,7 +10,6 @@ export const BoardProblemType = {
   badRequest: `${PROBLEM_TYPE_BASE}board-bad-request`,
   notFound: `${PROBLEM_TYPE_BASE}board-not-found`,
   gone: `${PROBLEM_TYPE_BASE}board-attempt-gone`,
-  unavailable: `${PROBLEM_TYPE_BASE}board-unavailable`,
 } as const;
 
 const problem = (type: string, title: string, status: number, detail: string) =>
@@ -23,8 +22,6 @@ export const boardProblems = {
     problem(BoardProblemType.badRequest, 'Bad request', HttpStatus.BAD_REQUEST, messages.board.badRequest(what)),
   notFound: () => problem(BoardProblemType.notFound, 'Not found', HttpStatus.NOT_FOUND, messages.board.notFound),
   released: () => problem(BoardProblemType.gone, 'Attempt gone', HttpStatus.CONFLICT, messages.board.released),
-  timedOut: (ms: number) =>
-    problem(BoardProblemType.unavailable, 'Board query timed out', HttpStatus.SERVICE_UNAVAILABLE, messages.board.timedOut(ms)),
 };
 
 /**

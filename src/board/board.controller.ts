@@ -13,15 +13,18 @@ import {
   type Type,
 } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
+import { messages } from '../errors/messages.js';
 import { IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { IdempotencyService } from '../idempotency.service.js';
+import { Outbox } from '../outbox/outbox.js';
+import type { PostgresIdempotencyStore } from '../store/postgres-idempotency.store.js';
 import { IdempotencySweeper } from '../sweeper/idempotency.sweeper.js';
 import { BOARD_SCRIPT, BOARD_STYLES, boardPage } from './board-page.js';
 import { BoardProblemFilter, boardProblems } from './board-problems.js';
 import { csrfAccepted, csrfCookieLine, csrfCookieOf, newCsrfToken } from './board-csrf.js';
 import { BoardGuard, scopeOf } from './board.guard.js';
-import { BOARD_OPTIONS, type BoardScope, type ResolvedBoardOptions } from './board.options.js';
+import { BOARD_OPTIONS, BoardKeyStore, type BoardScope, type ResolvedBoardOptions } from './board.options.js';
 import { BOARD_STATEMENT_TIMEOUT_MS, BoardQueries, type TenantFilter } from './board.queries.js';
 import { BoardOutcomes } from './board-outcomes.js';
 
@@ -81,7 +84,7 @@ async function timeLimited<T>(part: Promise<T>): Promise<T | { unavailable: stri
   try {
     return await part;
   } catch (error) {
-    if (isStatementTimeout(error)) return { unavailable: boardProblems.timedOut(BOARD_STATEMENT_TIMEOUT_MS).problem.detail };
+    if (isStatementTimeout(error)) return { unavailable: messages.board.timedOut(BOARD_STATEMENT_TIMEOUT_MS) };
     throw error;
   }
 }
@@ -102,6 +105,8 @@ export class BoardControllerBase {
     private readonly outcomes: BoardOutcomes,
     private readonly sweeper: IdempotencySweeper,
     private readonly idempotency: IdempotencyService,
+    @Inject(BoardKeyStore) private readonly store: PostgresIdempotencyStore,
+    private readonly outbox: Outbox,
     private readonly adapterHost: HttpAdapterHost,
   ) {}
 
@@ -170,7 +175,7 @@ export class BoardControllerBase {
     const { tenant, ref } = this.action<'tenant' | 'ref'>(request, response, body);
     if (typeof ref !== 'string' || !UUID.test(ref)) throw boardProblems.badRequest('ref');
     const owner = tenantFor(scopeOf(request), tenant);
-    const key = await this.queries.release(owner, ref);
+    const key = await this.store.endLease(owner, ref);
     if (key === undefined) throw boardProblems.released();
     // If the attempt runs in this process, its duplicates here must not be answered 409 from memory meanwhile.
     this.idempotency.leaseEnded(owner, key);
@@ -205,7 +210,8 @@ export class BoardControllerBase {
     if (all === true && ids === undefined) chosen = undefined;
     else if (Array.isArray(ids) && ids.length > 0 && ids.length <= 1000 && ids.every(isOutboxId)) chosen = ids as string[];
     else throw boardProblems.badRequest('ids (or all: true)');
-    return { redriven: await this.queries.redrive(tenantFilter(scopeOf(request)), chosen) };
+    if (!this.queries.hasOutbox) return { redriven: 0 };
+    return { redriven: await this.outbox.store.redrive(chosen, tenantFilter(scopeOf(request)) ?? undefined) };
   }
 
   private get adapter() {

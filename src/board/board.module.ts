@@ -10,7 +10,7 @@ import { BoardOutcomes } from './board-outcomes.js';
 import { BoardProblemFilter } from './board-problems.js';
 import { boardController } from './board.controller.js';
 import { BoardGuard } from './board.guard.js';
-import { BOARD_OPTIONS, type IdempotencyBoardOptions, type ResolvedBoardOptions } from './board.options.js';
+import { BOARD_OPTIONS, BoardKeyStore, type IdempotencyBoardOptions, type ResolvedBoardOptions } from './board.options.js';
 import { BoardQueries } from './board.queries.js';
 
 const PATH = /^[A-Za-z0-9._~-]+(\/[A-Za-z0-9._~-]+)*$/;
@@ -52,17 +52,23 @@ export class IdempotencyBoardModule implements OnModuleInit {
       providers: [
         { provide: BOARD_OPTIONS, useValue: resolved },
         {
-          provide: BoardQueries,
-          useFactory: (store: IdempotencyStore, dataSource: DataSource, moduleOptions: ResolvedIdempotencyOptions) => {
+          provide: BoardKeyStore,
+          useFactory: (store: IdempotencyStore) => {
             if (!(store instanceof PostgresIdempotencyStore))
               throw new IdempotencyConfigurationError(messages.board.noPostgresStore);
-            return new BoardQueries(
+            return store;
+          },
+          inject: [IdempotencyStore],
+        },
+        {
+          provide: BoardQueries,
+          useFactory: (store: PostgresIdempotencyStore, dataSource: DataSource, moduleOptions: ResolvedIdempotencyOptions) =>
+            new BoardQueries(
               dataSource,
               store.tableName,
               moduleOptions.outbox.configured ? moduleOptions.outbox.tableName : undefined,
-            );
-          },
-          inject: [IdempotencyStore, IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS],
+            ),
+          inject: [BoardKeyStore, IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS],
         },
         BoardOutcomes,
         BoardGuard,

@@ -43,3 +43,6 @@ export interface ResolvedBoardOptions {
 }
 
 export const BOARD_OPTIONS = Symbol('IDEMPOTENCY_BOARD_OPTIONS');
+
+/** The module's store, once the board has checked it is `PostgresIdempotencyStore` (whose table it reads). */
+export const BoardKeyStore = Symbol('IDEMPOTENCY_BOARD_KEY_STORE');

@@ -84,9 +84,9 @@ export const BOARD_STATEMENT_TIMEOUT_MS = 5_000;
 const EXPIRED = `(expires_at <= now() AND NOT (status = 'in_flight' AND lease_expires_at > now()))`;
 
 /**
- * The board's SQL, on the module's data source: read-only apart from a
- * release (which ends an attempt's lease and changes its owner token, so the
- * attempt is fenced exactly as a takeover fences it) and a redrive.
+ * The board's reads of the key and outbox tables, on the module's data
+ * source. Its two writes are the stores': a release is
+ * `PostgresIdempotencyStore.endLease`, a redrive `OutboxStore.redrive`.
  */
 export class BoardQueries {
   private readonly keys: string;
@@ -180,25 +180,6 @@ export class BoardQueries {
       ageMs: Math.round(row.age_ms),
       leasePassed: row.lease_passed,
     }));
-  }
-
-  /**
-   * Ends the lease of the attempt `ref` names and gives the row a new owner
-   * token: the next retry takes the key over at once (its attempt counted, as
-   * after a crash), and the released attempt, if it is still running, loses
-   * its heartbeat and its completion to the fence and rolls back.
-   * @returns the released key, or undefined when that attempt no longer holds it
-   */
-  async release(tenant: string, ref: string): Promise<string | undefined> {
-    const rows = await this.write<{ key: string }>(
-      `${sqlMarker('board-release')}
-       UPDATE ${this.keys}
-          SET lease_expires_at = now(), owner_token = gen_random_uuid()
-        WHERE tenant_id = $1 AND owner_token = $2::uuid AND status = 'in_flight'
-        RETURNING key`,
-      [tenant, ref],
-    );
-    return rows[0]?.key;
   }
 
   async lookup(tenant: string, key: string, withBody: boolean): Promise<KeyDetails | undefined> {
@@ -296,21 +277,6 @@ export class BoardQueries {
     }));
   }
 
-  /** Puts dead letters back in the queue: those of `ids`, or (`undefined`) every one the operator may see. */
-  async redrive(tenant: TenantFilter, ids: readonly string[] | undefined): Promise<number> {
-    if (!this.outbox) return 0;
-    const rows = await this.write<{ id: string }>(
-      `${sqlMarker('board-redrive')}
-       UPDATE ${this.outbox}
-          SET status = 'pending', attempts = 0, available_at = now(), last_error = NULL
-        WHERE ($1::text IS NULL OR tenant_id = $1) AND status = 'dead'
-          AND ($2::bigint[] IS NULL OR id = ANY($2::bigint[]))
-        RETURNING id`,
-      [tenant, ids ?? null],
-    );
-    return rows.length;
-  }
-
   /** A read with a time limit: an operator's page must not hold a connection for a minute on a huge table. */
   private async read<Row>(sql: string, params: unknown[]): Promise<Row[]> {
     try {
@@ -318,16 +284,6 @@ export class BoardQueries {
         await manager.query(`SET LOCAL statement_timeout = ${BOARD_STATEMENT_TIMEOUT_MS}`);
         return (await manager.query(sql, params)) as Row[];
       });
-    } catch (error) {
-      throw redactQueryError(error, params);
-    }
-  }
-
-  private async write<Row>(sql: string, params: unknown[]): Promise<Row[]> {
-    try {
-      const result = (await this.dataSource.query(sql, params)) as [Row[], number] | Row[];
-      // TypeORM answers an UPDATE ... RETURNING with [rows, affected].
-      return Array.isArray(result[0]) ? (result[0] as Row[]) : (result as Row[]);
     } catch (error) {
       throw redactQueryError(error, params);
     }

@@ -171,13 +171,18 @@ export class OutboxStore {
     );
   }
 
-  /** Puts dead-lettered messages back in the queue (after fixing what made them fail). */
-  async redrive(ids?: string[]): Promise<number> {
+  /**
+   * Puts dead-lettered messages back in the queue (after fixing what made
+   * them fail): those of `ids`, or every one; with `tenant`, only that
+   * tenant's.
+   */
+  async redrive(ids?: readonly string[], tenant?: string): Promise<number> {
     return this.count(
       `${sqlMarker('outbox-redrive')}
        UPDATE ${this.table} SET status = 'pending', attempts = 0, available_at = now(), last_error = NULL
-        WHERE status = 'dead' AND ($1::bigint[] IS NULL OR id = ANY($1::bigint[]))`,
-      [ids ?? null],
+        WHERE status = 'dead' AND ($1::bigint[] IS NULL OR id = ANY($1::bigint[]))
+          AND ($2::text IS NULL OR tenant_id = $2)`,
+      [ids ?? null, tenant ?? null],
     );
   }
 

@@ -54,6 +54,13 @@ export function keyStoreStatements(t: string) {
        WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'`,
     release: `${sqlMarker('release')}
       DELETE FROM ${t} WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'`,
+    // An operator's release (the board): the attempt holding owner token $2 loses its lease now and is fenced
+    // by a new token, as by a takeover, so the next claim takes the key over (its attempt counted) and the
+    // attempt, if it still runs, loses its heartbeat and its completion. Answers the key.
+    endLease: `${sqlMarker('end-lease')}
+      UPDATE ${t} SET lease_expires_at = now(), owner_token = gen_random_uuid()
+       WHERE tenant_id = $1 AND owner_token = $2::uuid AND status = 'in_flight'
+       RETURNING key`,
     // Locks the batch with SKIP LOCKED so a claim racing on one of these keys
     // is never waited on, and re-checks expiry on the locked row version.
     // Each batch starts along the expires_at index where the previous one

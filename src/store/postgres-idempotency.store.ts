@@ -715,6 +715,17 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   }
 
   /**
+   * Ends the lease of the attempt holding `ownerToken` and fences it with a
+   * new token (an operator's release, from the board): the next retry takes
+   * the key over at once.
+   * @returns the attempt's key, or undefined when it no longer holds one
+   */
+  async endLease(tenant: string, ownerToken: string): Promise<string | undefined> {
+    const { rows } = await this.run(undefined, this.sql.endLease, [tenant, ownerToken]);
+    return (rows as Array<{ key: string }>)[0]?.key;
+  }
+
+  /**
    * One lock-holding transaction on its own connection guards the whole run,
    * while each batch commits on its own, so deleted rows are released at once
    * and claims never wait behind a long sweep. `pg_try_advisory_xact_lock`
