@@ -1,7 +1,7 @@
 import { SetMetadata, UseInterceptors } from '@nestjs/common';
-import { PATH_METADATA } from '@nestjs/common/constants.js';
 import { IDEMPOTENT_METADATA, SKIP_IDEMPOTENCY_METADATA } from './idempotency.constants.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
+import { isEntryPoint } from './http/route-settings.js';
 import type { IdempotencyRouteOptions } from './idempotency.options.js';
 import { idempotencyContext } from './transaction/idempotency-context.js';
 
@@ -9,7 +9,6 @@ import { idempotencyContext } from './transaction/idempotency-context.js';
 const INTERCEPTORS = [IdempotencyInterceptor];
 
 const MARKED = Symbol('nest-idempotency:marked-handler');
-const MESSAGE_PATTERN = 'microservices:pattern';
 
 /**
  * Makes a route (or every route of a controller) idempotent. Options override
@@ -29,7 +28,7 @@ export function Idempotent(options: IdempotencyRouteOptions = {}): ClassDecorato
       return descriptor;
     }
     const prototype = (target as { prototype: Record<string | symbol, unknown> }).prototype;
-    for (const name of routeHandlerNames(prototype)) {
+    for (const name of entryPointNames(prototype)) {
       const handler = prototype[name] as (...args: unknown[]) => unknown;
       Object.defineProperty(prototype, name, { value: markHandlerStart(handler), writable: true, configurable: true });
     }
@@ -67,19 +66,12 @@ function markHandlerStart(handler: (...args: unknown[]) => unknown): (...args: u
   return marked;
 }
 
-function routeHandlerNames(prototype: object): Array<string | symbol> {
+/** The own and inherited methods of `prototype` that Nest calls as entry points (see `isEntryPoint`). */
+function entryPointNames(prototype: object): Array<string | symbol> {
   const names = new Set<string | symbol>();
   for (let proto = prototype; proto && proto !== Object.prototype; proto = Object.getPrototypeOf(proto)) {
     for (const name of Reflect.ownKeys(proto)) {
-      if (name === 'constructor') continue;
-      const value = Object.getOwnPropertyDescriptor(proto, name)?.value;
-      // HTTP routes, and message handlers (`@EventPattern`/`@MessagePattern` set 'microservices:pattern').
-      if (
-        typeof value === 'function' &&
-        (Reflect.hasOwnMetadata(PATH_METADATA, value) || Reflect.hasOwnMetadata(MESSAGE_PATTERN, value))
-      ) {
-        names.add(name);
-      }
+      if (name !== 'constructor' && isEntryPoint(Object.getOwnPropertyDescriptor(proto, name)?.value)) names.add(name);
     }
   }
   return [...names];

@@ -135,6 +135,19 @@ describe.each(ADAPTERS)('idempotent GraphQL mutations (%s)', (adapter) => {
     expect(await effects(label)).toBe(0);
   });
 
+  it('keeps the key of an unknown failure in flight on a resolver marked @Idempotent() at class level', async () => {
+    const label = fresh();
+    const query = `mutation ($label: String!) { failPayout(label: $label) }`;
+    const failed = await graphql(query, { label }, `k-${label}`);
+    expect(failed.json().errors[0].extensions.code).not.toBe('CONFLICT');
+    // The resolver's body ran, so its failure is the handler's (the default policy keeps the key), not a rejection.
+    expect(await keyRow(`k-${label}`)).toEqual({ status: 'in_flight' });
+    const retry = await graphql(query, { label }, `k-${label}`);
+    expect(retry.json().errors[0].extensions.code).toBe('CONFLICT');
+    expect(api.probe.count(label)).toBe(1);
+    expect(await effects(label)).toBe(0);
+  });
+
   it('releases the key when a pipe rejects the arguments before the resolver runs', async () => {
     const label = fresh();
     const query = `mutation ($input: RefundInput!) { validatedRefund(input: $input) { invocation } }`;

@@ -34,8 +34,14 @@ type Handler = (...args: unknown[]) => unknown;
 const MESSAGE_PATTERN_METADATA = 'microservices:pattern';
 const GRAPHQL_RESOLVER_METADATA = 'graphql:resolver_type';
 
-/** Whether `handler` is an entry point Nest calls: an HTTP route, a message handler or a GraphQL resolver. */
-function isEntryPoint(handler: unknown): handler is Handler {
+/**
+ * Whether `handler` is an entry point Nest calls: an HTTP route, a message
+ * handler or a GraphQL resolver. The one definition for the start-up pass
+ * here and for a class-level `@Idempotent()`, which marks the start of each
+ * such handler: a handler one of them missed would have every failure taken
+ * for a rejection before it ran.
+ */
+export function isEntryPoint(handler: unknown): handler is Handler {
   return (
     typeof handler === 'function' &&
     (Reflect.hasMetadata(PATH_METADATA, handler) ||

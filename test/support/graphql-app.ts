@@ -98,6 +98,23 @@ function resolvers(probe: ResolverProbe) {
   return RefundsResolver;
 }
 
+/** `@Idempotent()` on the class rather than on each mutation: the same policies must apply to its handlers. */
+function classLevelResolver(probe: ResolverProbe) {
+  @Resolver()
+  @Idempotent()
+  class PayoutsResolver {
+    constructor(private readonly tx: TransactionHost) {}
+
+    @Mutation(() => String)
+    async failPayout(@Args('label', { type: () => String }) label: string): Promise<string> {
+      probe.record(label);
+      await this.tx.manager.query('INSERT INTO effects (tenant, label) VALUES ($1, $2)', ['graphql', label]);
+      throw new Error('the payout provider exploded');
+    }
+  }
+  return PayoutsResolver;
+}
+
 /** Rejects before the resolver body runs, as a ValidationPipe would: the key is released. */
 function rejectNegativeAmounts() {
   return {
@@ -144,7 +161,7 @@ export async function startGraphQLApp(
         ...options,
       }),
     ],
-    providers: [resolvers(probe)],
+    providers: [resolvers(probe), classLevelResolver(probe)],
   })
   class GraphQLTestModule {}
 
