@@ -25,12 +25,13 @@ import {
   type TransactionOutcome,
 } from './transaction/app-transaction-manager.js';
 import { StoreUnavailableError } from './core/errors.js';
+import { tenantOrKeyError } from './core/key.js';
 
 /** A unit of non-HTTP work to run at most once per key (a message, a job). */
 export interface ExecuteInput {
-  /** Scope of the key; never shared between tenants. */
+  /** Scope of the key; never shared between tenants. A non-empty string of well-formed Unicode without NUL. */
   tenant: string;
-  /** The idempotency key, e.g. a message id or `order-1042:capture`. */
+  /** The idempotency key, e.g. a message id or `order-1042:capture`; the same rules as `tenant`. */
   key: string;
   /** What identifies the work; a different payload under the same key is a mismatch. */
   payload: unknown;
@@ -105,6 +106,7 @@ export class IdempotencyService {
    * @throws FingerprintMismatchError the key was used with another payload
    * @throws LeaseLostError this call outran its lease and was rolled back
    * @throws StoreUnavailableError the database cannot be reached
+   * @throws IdempotencyInputError the tenant or key is not a non-empty string of well-formed Unicode without NUL
    */
   async execute<T>(input: ExecuteInput, work: (manager: EntityManager) => T | Promise<T>): Promise<T> {
     const scope = this.scopeOf(input);
@@ -157,11 +159,20 @@ export class IdempotencyService {
    * Runs one idempotent unit of work with the request context in
    * AsyncLocalStorage. `context` (optional) lets the caller see what the work
    * did, e.g. whether the route handler started.
+   *
+   * Every entry point and `execute()` come through here (or `runPhased`), so
+   * this is where a tenant or key the store could not hold as it is (a
+   * Buffer, an empty string, a lone surrogate, a NUL) is refused, before
+   * anything is claimed.
+   *
+   * @throws IdempotencyInputError the tenant or key cannot be used
    */
   run<R>(
     work: IdempotentWork<EntityManager, R>,
     context: IdempotencyExecutionContext = this.createContext(),
   ): Promise<EngineOutcome<R>> {
+    const refused = tenantOrKeyError(work.tenant, work.key);
+    if (refused) return Promise.reject(refused);
     context.scope = { tenant: work.tenant, key: work.key };
     let ended: (outcome: TransactionOutcome) => void = () => undefined;
     const ending = new Promise<TransactionOutcome>((resolve) => (ended = resolve));
@@ -192,6 +203,8 @@ export class IdempotencyService {
     work: PhasedWork<EntityManager, R>,
     context: IdempotencyExecutionContext = this.createContext(),
   ): Promise<EngineOutcome<R>> {
+    const refused = tenantOrKeyError(work.tenant, work.key);
+    if (refused) return Promise.reject(refused);
     context.scope = { tenant: work.tenant, key: work.key };
     const phased: PhasedWork<EntityManager, R> = workOf(work, (phases: Phases<EntityManager>, claim: ClaimInfo) => {
       context.phases = phases;

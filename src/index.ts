@@ -55,6 +55,7 @@ export { deriveKey, businessKey, businessKeyWithin, type DeriveKeyOptions } from
 export {
   FingerprintMismatchError,
   IdempotencyError,
+  IdempotencyInputError,
   KeyInFlightError,
   LeaseLostError,
   StoreUnavailableError,

@@ -5,6 +5,7 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import type pg from 'pg';
 import {
   FingerprintMismatchError,
+  IdempotencyInputError,
   IdempotencyModule,
   IdempotencyService,
   KeyInFlightError,
@@ -124,6 +125,81 @@ describe('IdempotencyService.execute without HTTP', () => {
       FingerprintMismatchError,
     );
     await expect(service.execute({ tenant: 'b', key: `m-${label}`, payload: { v: 2 } }, () => 2)).resolves.toBe(2);
+  });
+
+  describe('a tenant or key the store cannot hold as it is: a clear error, nothing claimed or run (CONTRACT A5.12b)', () => {
+    /** Key rows that name `label` in their key or tenant, however the store converted them. */
+    const rowsNaming = async (label: string) =>
+      Number(
+        (await db.query('SELECT count(*) FROM idempotency_keys WHERE key LIKE $1 OR tenant_id LIKE $1', [`%${label}%`])).rows[0]
+          .count,
+      );
+    /** `execute()` and `executePhased()`, each called with `input` in turn. */
+    const entries: Array<(input: { tenant: unknown; key: unknown }, ran: () => void) => Promise<unknown>> = [
+      (input, ran) => service.execute({ ...(input as { tenant: string; key: string }), payload: 1 }, () => ran()),
+      (input, ran) => service.executePhased({ ...(input as { tenant: string; key: string }), payload: 1 }, () => ran()),
+    ];
+
+    it.each<[string, 'tenant' | 'key', (label: string) => { tenant: unknown; key: unknown }]>([
+      ['a Buffer tenant', 'tenant', (l) => ({ tenant: Buffer.from(`t-${l}`), key: `k-${l}` })],
+      ['a Buffer key', 'key', (l) => ({ tenant: `t-${l}`, key: Buffer.from(`k-${l}`) })],
+      ['an empty tenant', 'tenant', (l) => ({ tenant: '', key: `k-${l}` })],
+      ['an empty key', 'key', (l) => ({ tenant: `t-${l}`, key: '' })],
+      ['a missing tenant', 'tenant', (l) => ({ tenant: undefined, key: `k-${l}` })],
+      ['a number as the key', 'key', (l) => ({ tenant: `t-${l}`, key: 42 })],
+      ['a lone high surrogate in the key', 'key', (l) => ({ tenant: `t-${l}`, key: `k-${l}\ud800` })],
+      ['a lone low surrogate in the tenant', 'tenant', (l) => ({ tenant: `t-${l}\udc00`, key: `k-${l}` })],
+      ['a NUL in the key', 'key', (l) => ({ tenant: `t-${l}`, key: `k-${l}\u0000x` })],
+      ['a NUL in the tenant', 'tenant', (l) => ({ tenant: `t-${l}\u0000`, key: `k-${l}` })],
+    ])('%s', async (_case, field, input) => {
+      const label = fresh();
+      let runs = 0;
+      for (const entry of entries) {
+        const error = await entry(input(label), () => void runs++).then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+        expect(error).toBeInstanceOf(IdempotencyInputError);
+        expect(error).toBeInstanceOf(TypeError);
+        expect(error).toMatchObject({ name: 'IdempotencyInputError', field });
+        expect((error as Error).message).not.toContain(label);
+      }
+      expect(runs).toBe(0);
+      expect(await rowsNaming(label)).toBe(0);
+    });
+
+    it("two tenants given as Buffers never meet: neither runs, neither gets the other's result", async () => {
+      const label = fresh();
+      const ran: string[] = [];
+      for (const tenant of ['tenant-a', 'tenant-b']) {
+        await expect(
+          service.execute({ tenant: Buffer.from(tenant) as never, key: `k-${label}`, payload: 1 }, () => {
+            ran.push(tenant);
+            return tenant;
+          }),
+        ).rejects.toBeInstanceOf(IdempotencyInputError);
+      }
+      expect(ran).toEqual([]);
+      expect(await rowsNaming(label)).toBe(0);
+    });
+
+    it('keys that differ only in lone surrogates never meet; well-formed non-ASCII keys are kept exactly', async () => {
+      const label = fresh();
+      // Each of these would be stored as `k-<label>\ufffd`.
+      for (const [n, key] of [`k-${label}\ud800`, `k-${label}\udbff`, `k-${label}\udfff`].entries()) {
+        await expect(service.execute({ tenant: 't', key, payload: n }, () => key)).rejects.toBeInstanceOf(IdempotencyInputError);
+      }
+      expect(await rowsNaming(label)).toBe(0);
+      // U+FFFD itself and a surrogate pair are well-formed: two keys of their own, stored as given.
+      const replacement = `k-${label}\ufffd`;
+      const pair = `k-${label}\ud83d\ude00`;
+      await expect(service.execute({ tenant: 't', key: replacement, payload: 1 }, () => 'replacement')).resolves.toBe(
+        'replacement',
+      );
+      await expect(service.execute({ tenant: 't', key: pair, payload: 2 }, () => 'pair')).resolves.toBe('pair');
+      const { rows } = await db.query('SELECT key FROM idempotency_keys WHERE key LIKE $1', [`%${label}%`]);
+      expect(rows.map((row: { key: string }) => row.key).sort()).toEqual([replacement, pair].sort());
+    });
   });
 
   it('TransactionHost falls back to the plain manager outside an execution', async () => {

@@ -85,6 +85,27 @@ export class UnrepresentableInputError extends IdempotencyError {
 }
 
 /**
+ * A tenant or key that cannot name a key in the store: not a string (a
+ * Buffer, a number), empty, with a lone surrogate or with a NUL. A mistake
+ * of the caller, refused before anything is claimed, since converting it
+ * (a Buffer to text, a lone surrogate to U+FFFD) could make two tenants' or
+ * two callers' keys meet. A `TypeError`, not an `IdempotencyError`: retrying
+ * cannot help. The message never holds the value itself.
+ */
+export class IdempotencyInputError extends TypeError {
+  constructor(
+    readonly field: 'tenant' | 'key',
+    readonly reason: string,
+  ) {
+    super(
+      `The idempotency ${field} ${reason}. A tenant and a key must each be a non-empty string of well-formed Unicode ` +
+        'without NUL characters; nothing was claimed or run.',
+    );
+    this.name = 'IdempotencyInputError';
+  }
+}
+
+/**
  * Carries an error thrown by the work itself out of the store calls around
  * it, so it is never mistaken for a failure of the store: a payment
  * provider's `ECONNRESET` inside a handler is the handler's error.

@@ -1,5 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
-import { parseIdempotencyKey, redactKey } from './key.js';
+import { IdempotencyInputError } from './errors.js';
+import { parseIdempotencyKey, redactKey, tenantOrKeyError, unusableIdentifier } from './key.js';
 
 describe('parseIdempotencyKey', () => {
   const ok = (values: string[], max = 255) => parseIdempotencyKey(values, max);
@@ -40,5 +41,39 @@ describe('parseIdempotencyKey', () => {
   it('redacts keys for logs', () => {
     expect(redactKey('abcdefghijkl')).toBe('abcd…(12)');
     expect(redactKey('abc')).toBe('****');
+  });
+});
+
+describe('unusableIdentifier', () => {
+  it.each(['t', 'tenant-a', 'ä', '\ufffd', '\ud83d\ude00', ' spaced '])('accepts %j', (value) => {
+    expect(unusableIdentifier(value)).toBeUndefined();
+  });
+
+  it.each<[unknown, RegExp]>([
+    [Buffer.from('tenant-a'), /is an object \(Buffer\), not a string/],
+    [42, /is a number, not a string/],
+    [undefined, /is undefined, not a string/],
+    [null, /is null, not a string/],
+    [Object.create(null), /is an object \(without a prototype\), not a string/],
+    ['', /is empty/],
+    ['a\u0000b', /NUL/],
+    ['a\ud800', /lone UTF-16 surrogate/],
+    ['\udc00a', /lone UTF-16 surrogate/],
+    ['\ude00\ud83d', /lone UTF-16 surrogate/],
+  ])('refuses %p', (value, reason) => {
+    expect(unusableIdentifier(value)).toMatch(reason);
+  });
+});
+
+describe('tenantOrKeyError', () => {
+  it('names the field at fault, tenant first, and never quotes the value', () => {
+    expect(tenantOrKeyError('t', 'k')).toBeUndefined();
+    const tenant = tenantOrKeyError('secret\ud800', '');
+    expect(tenant).toBeInstanceOf(IdempotencyInputError);
+    expect(tenant).toBeInstanceOf(TypeError);
+    expect(tenant).toMatchObject({ name: 'IdempotencyInputError', field: 'tenant' });
+    expect(tenant?.message).not.toContain('secret');
+    expect(tenantOrKeyError('t', 'secret\u0000')).toMatchObject({ field: 'key' });
+    expect(tenantOrKeyError('t', 'secret\u0000')?.message).not.toContain('secret');
   });
 });

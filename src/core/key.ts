@@ -1,4 +1,5 @@
 import { parseItem } from 'structured-headers';
+import { IdempotencyInputError } from './errors.js';
 
 /** Why a key header was refused; each maps to one problem type. */
 export type KeyRejection = 'missing' | 'empty' | 'repeated' | 'malformed' | 'too-long' | 'invalid-characters';
@@ -68,6 +69,42 @@ function parseSfString(raw: string): string | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** A UTF-16 surrogate outside a pair: with the `u` flag a pair is one code point, so only a lone one is in Cs. */
+const LONE_SURROGATE = /\p{Cs}/u;
+
+/**
+ * Why `value` cannot be a tenant or a key, or undefined when it can. Only a
+ * non-empty string that PostgreSQL text holds as it is passes: UTF-8 turns
+ * a lone surrogate into U+FFFD (two keys would meet in the database but not
+ * in this process), and text cannot hold a NUL. Nothing is converted, so a
+ * Buffer never becomes text that another tenant's Buffer also becomes. The
+ * reason never quotes the value.
+ */
+export function unusableIdentifier(value: unknown): string | undefined {
+  if (typeof value !== 'string') return `is ${typeName(value)}, not a string`;
+  if (value === '') return 'is empty';
+  if (value.includes('\0')) return 'contains a NUL character (U+0000), which PostgreSQL text cannot hold';
+  if (LONE_SURROGATE.test(value)) return 'contains a lone UTF-16 surrogate, which UTF-8 cannot encode';
+  return undefined;
+}
+
+/**
+ * The error for a tenant or key of `IdempotencyService.run` (which every
+ * entry point and `execute()` go through) that cannot be used, or undefined.
+ */
+export function tenantOrKeyError(tenant: unknown, key: unknown): IdempotencyInputError | undefined {
+  const tenantReason = unusableIdentifier(tenant);
+  if (tenantReason) return new IdempotencyInputError('tenant', tenantReason);
+  const keyReason = unusableIdentifier(key);
+  return keyReason ? new IdempotencyInputError('key', keyReason) : undefined;
+}
+
+function typeName(value: unknown): string {
+  if (value === null || value === undefined) return String(value);
+  if (typeof value !== 'object') return `a ${typeof value}`;
+  return `an object (${(value as object).constructor?.name ?? 'without a prototype'})`;
 }
 
 /**
