@@ -6,7 +6,7 @@ import {
   LeaseLostError,
   StoreUnavailableError,
 } from './core/errors.js';
-import { redactKey } from './core/key.js';
+import { redactKey, unusableIdentifier } from './core/key.js';
 import { messages } from './errors/messages.js';
 import { IdempotencyProblemException, problems } from './errors/problems.js';
 import { workOf, type ClaimInfo, type EngineOutcome, type FailureDecision, type WorkScope } from './core/idempotency-engine.js';
@@ -24,9 +24,10 @@ import type { IdempotencyService } from './idempotency.service.js';
 
 /**
  * The tenant of a request, or a problem 500 that fails it closed (logged):
- * there is no shared scope to fall back on. An `HttpException` from the
- * resolver (a 401 for a missing principal) is the resolver's answer and
- * goes out as it is.
+ * there is no shared scope to fall back on, and a tenant the store could not
+ * hold as it is (an empty string, a Buffer, a lone surrogate, a NUL) is no
+ * tenant either. An `HttpException` from the resolver (a 401 for a missing
+ * principal) is the resolver's answer and goes out as it is.
  */
 export async function resolveTenant(
   options: ResolvedIdempotencyOptions,
@@ -34,7 +35,7 @@ export async function resolveTenant(
   routeName: string,
   logger: Logger,
 ): Promise<string> {
-  let tenant: string | null | undefined;
+  let tenant: unknown;
   try {
     tenant = await options.tenant(context);
   } catch (error) {
@@ -42,11 +43,16 @@ export async function resolveTenant(
     logger.error(messages.log.tenantFailed(routeName), error instanceof Error ? error.stack : String(error));
     throw problems.tenantUnresolved();
   }
-  if (typeof tenant !== 'string' || tenant === '') {
+  if (tenant === undefined || tenant === null) {
     logger.error(messages.log.tenantUnresolved(routeName));
     throw problems.tenantUnresolved();
   }
-  return tenant;
+  const unusable = unusableIdentifier(tenant);
+  if (unusable) {
+    logger.error(messages.log.tenantUnusable(routeName, unusable));
+    throw problems.tenantUnresolved();
+  }
+  return tenant as string;
 }
 
 /** The module's own answer to an outcome of the engine, or undefined when the error is the application's. */

@@ -170,6 +170,25 @@ describe.each(ADAPTERS)('hostile inputs over %s', (adapter) => {
     });
   });
 
+  describe('a tenant the store cannot hold as it is fails closed like a resolver that finds none (CONTRACT A1.3, A5.12b)', () => {
+    it.each([
+      ['an empty string', 'resolver-empty'],
+      ['a Buffer', 'resolver-buffer'],
+      ['a string with a lone surrogate', 'resolver-lone-surrogate'],
+      ['a string with a NUL', 'resolver-nul'],
+    ])('the resolver returns %s: a 500 problem, nothing claimed or run', async (_case, resolverCase) => {
+      const label = t.fresh();
+      const res = await post(t.api.url, '/items', { label }, `k-${label}`, resolverCase);
+      expect(res.status).toBe(500);
+      expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
+      expect(res.json()).toMatchObject({ type: ProblemType.tenantUnresolved, status: 500 });
+      expect(t.api.probe.count(label)).toBe(0);
+      expect(await t.effects(label)).toBe(0);
+      // Under no tenant at all: not the one it names, nor what the store would have made of it.
+      expect((await t.db.query('SELECT count(*) FROM idempotency_keys WHERE key = $1', [`k-${label}`])).rows[0].count).toBe('0');
+    });
+  });
+
   it('128 levels of nesting are accepted, stored and replayed', async () => {
     for (const body of [nestedArrays, nestedObjects]) {
       const label = t.fresh();

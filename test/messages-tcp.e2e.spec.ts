@@ -46,6 +46,22 @@ describe('idempotent MessagePattern handlers on a transport without acknowledgem
     expect(consumer.probe.count(label)).toBe(1);
   });
 
+  it.each([
+    ['empty', ''],
+    ['a number', 42],
+    ['a string with a lone surrogate', 'tenant-a\ud800'],
+    ['a string with a NUL', 'tenant-a\u0000'],
+  ])('refuses a message whose tenant is %s, as one whose resolver finds none: nothing claimed or run', async (_case, tenant) => {
+    const label = fresh();
+    // JSON carries a lone surrogate as the escape \ud800, which the consumer parses back into one.
+    await expect(quote({ label, idempotencyKey: `k-${label}`, tenant })).rejects.toMatchObject({
+      status: 'error',
+      message: expect.stringContaining('tenant resolver'),
+    });
+    expect(consumer.probe.count(label)).toBe(0);
+    expect((await db.query('SELECT count(*) FROM idempotency_keys WHERE key = $1', [`k-${label}`])).rows[0].count).toBe('0');
+  });
+
   it('answers a duplicate that finds the key in flight with a conflict error and retryAfter, never silence', async () => {
     const label = fresh();
     const first = quote({ label, idempotencyKey: `k-${label}`, delayMs: 800 });

@@ -130,6 +130,10 @@ export const messages = {
       'Make the resolver return a tenant id for every request, e.g. from the authenticated principal.',
     tenantFailed: (route: string) =>
       `The tenant resolver threw for ${route}. The request was refused (500) rather than run in a shared scope.`,
+    tenantUnusable: (route: string, reason: string) =>
+      `The tenant the resolver returned for ${route} ${reason}. The request was refused (500) rather than run under a ` +
+      'tenant the store cannot hold as it is (converted, it could meet another tenant). Make the resolver return a ' +
+      'non-empty string of well-formed Unicode without NUL characters.',
     unavailable: (route: string) => `The idempotency store could not be reached for ${route}; answered 503.`,
     storeFailed: (route: string) =>
       `The idempotency store failed for ${route} after the handler succeeded; the request was rolled back and answered 500.`,
@@ -304,8 +308,8 @@ export const messages = {
       'or set `key` in @Idempotent() to read it elsewhere)',
     invalidKey: (maxLength: number) => `its idempotency key is not 1 to ${maxLength} visible ASCII characters`,
     tenantUnresolved:
-      'the tenant resolver returned nothing or threw for it; it was not run in a shared scope. Make the resolver handle ' +
-      "messages (ctx.getType() === 'rpc')",
+      'the tenant resolver returned nothing usable (no tenant, or not a non-empty string of well-formed Unicode without ' +
+      "NUL) or threw for it; it was not run in a shared scope. Make the resolver handle messages (ctx.getType() === 'rpc')",
     unrepresentable: (reason: string) => `it cannot be fingerprinted: ${reason}`,
     mismatch: 'its idempotency key was already used by a different message (another pattern or payload)',
     rejected: 'a pipe rejected its payload before the handler ran; it would be rejected again',

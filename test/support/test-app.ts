@@ -397,6 +397,11 @@ export async function startTestApp(
           // Stand-ins for a resolver that fails: a bug, and a deliberate refusal.
           if (tenant === 'resolver-bug') throw new TypeError('cannot read the principal');
           if (tenant === 'resolver-refuses') throw new UnauthorizedException('No principal on this request.');
+          // Stand-ins for a resolver whose answer the store could not hold as it is.
+          if (tenant === 'resolver-empty') return '';
+          if (tenant === 'resolver-buffer') return Buffer.from('tenant-a') as unknown as string;
+          if (tenant === 'resolver-lone-surrogate') return 'tenant-a\ud800';
+          if (tenant === 'resolver-nul') return 'tenant-a\u0000';
           return tenant;
         },
         sweep: false,
