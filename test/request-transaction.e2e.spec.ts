@@ -20,6 +20,8 @@ describe('request-transaction claims under races', () => {
     (
       (await dataSource.query('SELECT count(*)::int AS count FROM effects WHERE label = $1', [key])) as Array<{ count: number }>
     )[0].count;
+  /** How many times each key's handler body started: a duplicate must never start one while another attempt holds the key. */
+  const started = new Map<string, number>();
   const work = (key: string, claimMode: ClaimMode, delayMs: number, waitMs = 0) => ({
     tenant: 't',
     key,
@@ -31,6 +33,7 @@ describe('request-transaction claims under races', () => {
     heartbeat: false,
     onFailure: () => ({ action: 'keep' as const }),
     run: async (tx: EntityManager) => {
+      started.set(key, (started.get(key) ?? 0) + 1);
       await tx.query('INSERT INTO effects (tenant, label) VALUES ($1, $2)', ['t', key]);
       await sleep(delayMs);
       return { response: { status: 201, headers: [], body: Buffer.from(claimMode) }, result: claimMode };
@@ -68,19 +71,55 @@ describe('request-transaction claims under races', () => {
     expect(await effects(key)).toBe(1);
   });
 
-  it('a separate claim racing an uncommitted request-transaction attempt of the same key: one of them commits', async () => {
+  it('a separate claim of a key held by an uncommitted request-transaction attempt is in flight: one handler runs', async () => {
     const key = `race-${++n}`;
-    // The request-transaction attempt holds the key's lock without a row; the separate claim sees no row and claims it.
+    // The request-transaction attempt holds the key's lock and has written no row yet.
     const inTransaction = engines[0].execute(work(key, 'request-transaction', 600));
     await sleep(150);
-    const separate = await engines[1].execute(work(key, 'separate', 0));
-    expect(separate.kind).toBe('executed');
-    // The request-transaction attempt's completion finds the other's row: fenced, rolled back.
-    await expect(inTransaction).rejects.toBeInstanceOf(LeaseLostError);
+    await expect(engines[1].execute(work(key, 'separate', 0))).rejects.toBeInstanceOf(KeyInFlightError);
+    await expect(inTransaction).resolves.toMatchObject({ kind: 'executed' });
+    expect(started.get(key)).toBe(1);
     expect(await effects(key)).toBe(1);
-    const replay = await engines[2].execute(work(key, 'request-transaction', 0));
+    const replay = await engines[2].execute(work(key, 'separate', 0));
     expect(replay.kind).toBe('replayed');
-    expect(replay.response.body?.toString()).toBe('separate');
+    expect(replay.response.body?.toString()).toBe('request-transaction');
+  });
+
+  it('a request-transaction claim of a key held by a running separate attempt is in flight: one handler runs', async () => {
+    const key = `race-${++n}`;
+    const separate = engines[0].execute(work(key, 'separate', 600));
+    await sleep(150);
+    await expect(engines[1].execute(work(key, 'request-transaction', 0))).rejects.toBeInstanceOf(KeyInFlightError);
+    await expect(separate).resolves.toMatchObject({ kind: 'executed' });
+    expect(started.get(key)).toBe(1);
+    expect(await effects(key)).toBe(1);
+  });
+
+  it('concurrent duplicates through both claim modes on several processes: one handler runs, the rest replay or get 409', async () => {
+    const key = `race-${++n}`;
+    const outcomes = await Promise.allSettled(
+      Array.from({ length: 16 }, (_, i) =>
+        engines[i % engines.length].execute(work(key, i % 2 === 0 ? 'separate' : 'request-transaction', 150, 0)),
+      ),
+    );
+    const kinds = outcomes.map((o) => (o.status === 'fulfilled' ? o.value.kind : (o.reason as Error).name));
+    expect(kinds.filter((k) => k === 'executed')).toHaveLength(1);
+    expect(kinds.every((k) => k === 'executed' || k === 'replayed' || k === 'KeyInFlightError')).toBe(true);
+    expect(started.get(key)).toBe(1);
+    expect(await effects(key)).toBe(1);
+  });
+
+  it('takes over a separate attempt whose lease and TTL both lapsed, and fences that attempt if it completes later', async () => {
+    const key = `race-${++n}`;
+    const slow = engines[0].execute({ ...work(key, 'separate', 1_200), leaseMs: 300, ttlMs: 300 });
+    await sleep(600);
+    const retry = await engines[1].execute(work(key, 'request-transaction', 0));
+    expect(retry.kind).toBe('executed');
+    // The hung attempt's completion finds the key taken: its work is thrown away, not the retry's.
+    await expect(slow).rejects.toBeInstanceOf(LeaseLostError);
+    expect(await effects(key)).toBe(1);
+    const replay = await engines[2].execute(work(key, 'separate', 0));
+    expect(replay.response.body?.toString()).toBe('request-transaction');
   });
 
   it('takes over a separate attempt whose lease lapsed, and fences that attempt if it completes later', async () => {

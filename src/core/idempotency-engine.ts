@@ -166,6 +166,8 @@ interface Claimed<Tx> {
   mode: ClaimMode;
   held: Held;
   attempt?: OpenAttempt<Tx>;
+  /** The attempt held its key past `maxHoldMs` and was ended (request-transaction mode): it lost its key. */
+  holdExceeded?: boolean;
 }
 
 /**
@@ -254,6 +256,8 @@ export class IdempotencyEngine<Tx> {
     try {
       done = await work.run(attempt.tx, claimed.held.claim);
     } catch (error) {
+      // Ended at maxHold, the work failed because its transaction was taken from it: not an outcome of its own.
+      if (claimed.holdExceeded) throw new LeaseLostError();
       return this.fail(work, claimed, error);
     }
     let completed: boolean;
@@ -516,9 +520,14 @@ export class IdempotencyEngine<Tx> {
       settled: new Promise((resolve) => (settle = resolve)),
     };
     this.local.set(id, running);
-    // In request-transaction mode nobody else can see, let alone take over, an uncommitted claim.
-    const beating = work.heartbeat && claimed.mode === 'separate';
-    const stopHeartbeat = beating ? this.heartbeat(claimed.held, work) : undefined;
+    // In request-transaction mode nobody else can see, let alone take over, an uncommitted claim: no lease to renew,
+    // but the attempt still holds its key (the lock its transaction took) for at most maxHold.
+    const stopHeartbeat =
+      claimed.mode === 'separate'
+        ? work.heartbeat
+          ? this.heartbeat(claimed.held, work)
+          : undefined
+        : this.holdLimit(claimed, work);
     let response: StoredResponse | undefined;
     try {
       const outcome = await run();
@@ -578,6 +587,29 @@ export class IdempotencyEngine<Tx> {
     // A pending renewal must not keep a process alive that is otherwise done.
     timer.unref?.();
     return () => clearInterval(timer);
+  }
+
+  /**
+   * Bounds a request-transaction attempt's hold on its key: at `maxHoldMs`
+   * from the claim the store ends its transaction (rolled back, whatever the
+   * work is doing), so a hung handler keeps neither its key nor its
+   * connection, and the attempt answers 409 lease-lost.
+   */
+  private holdLimit(claimed: Claimed<Tx>, work: WorkScope): (() => void) | undefined {
+    const attempt = claimed.attempt;
+    if (!attempt?.abort) return undefined;
+    const timer = setTimeout(
+      () => {
+        claimed.holdExceeded = true;
+        // This process's duplicates ask the store from now on: the key is free once the transaction has ended.
+        claimed.held.leaseEndsAt = 0;
+        work.onHoldExceeded?.();
+        attempt.abort!().catch(() => undefined);
+      },
+      work.maxHoldMs ?? work.leaseMs * 10,
+    );
+    timer.unref?.();
+    return () => clearTimeout(timer);
   }
 
   /** Runs a store call made after the work started, turning "cannot reach the store" into an unknown outcome. */

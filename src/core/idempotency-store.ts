@@ -74,6 +74,14 @@ export interface OpenAttempt<Tx> {
    *   (end it with `commit` or `rollback(false)`); false when it has ended
    */
   rollback(keepClaim: boolean): Promise<boolean>;
+  /**
+   * Ends the attempt from outside while its work may still be running (it
+   * held its key past `maxHold`): the transaction rolls back, whatever the
+   * work is doing, and the key is free for a retry. After it, `commit`
+   * answers false. Optional: a store without it cannot bound how long a
+   * request-transaction attempt holds its key.
+   */
+  abort?(): Promise<void>;
 }
 
 /** What `begin` found: the key's state, and the open attempt when the claim is this attempt's. */
@@ -207,15 +215,29 @@ export abstract class IdempotencyStore<Tx = unknown> {
    */
   async begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs = 0): Promise<Begun<Tx>> {
     if (mode === 'separate') {
+      const claimedAt = Date.now();
       const claim = await this.claim(request);
       if (claim.state !== 'claimed') return { claim };
+      let attempt: OpenAttempt<Tx>;
+      let stillOurs = true;
       try {
-        return { claim, attempt: await openAttempt(this, request) };
+        attempt = await openAttempt(this, request);
+        // Waiting for the transaction's connection had no heartbeat: past a third of the lease, renew it (fenced)
+        // before the work starts, and leave a claim another attempt has taken over meanwhile alone.
+        if (Date.now() - claimedAt > request.leaseMs / 3 && this.renewLease) {
+          stillOurs = await this.renewLease(request, request.leaseMs).catch(async (error: unknown) => {
+            await attempt.rollback(false).catch(() => undefined);
+            throw error;
+          });
+        }
       } catch (error) {
         // BEGIN failed, so the work never ran: give the claim back, so a retry need not wait out the lease.
         await this.release(request).catch(() => false);
         throw error;
       }
+      if (stillOurs) return { claim, attempt };
+      await attempt.rollback(false);
+      return { claim: { state: 'in-flight', retryAfterSeconds: Math.max(1, Math.ceil(request.leaseMs / 1000)) } };
     }
     const attempt = await openAttempt(this, request);
     let claim: ClaimResult;

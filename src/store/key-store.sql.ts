@@ -14,9 +14,11 @@ import { quoteTableName } from './identifiers.js';
  * "Expired" is `expires_at <= now()` unless the lease is still valid: a key
  * whose lease runs is never absent, whatever its TTL. Every comparison uses
  * the database clock. `claim` answers the whole table in one atomic
- * statement, committed on its own; `complete` and `recordPhase` are fenced by
- * the owner token inside the work's transaction; `release` gives a claim
- * back; `sweepBatch` deletes expired rows, never one whose lease is valid.
+ * statement, committed on its own (at READ COMMITTED, whatever the server's
+ * default: see the store); `complete` and `recordPhase` are fenced by the
+ * owner token inside the work's transaction; `release` gives a claim back
+ * without losing a takeover's history; `sweepBatch` deletes expired rows,
+ * never one whose lease is valid.
  *
  * Parameters: claim ($1 tenant, $2 key, $3 fingerprint, $4 owner token,
  * $5 lease ms, $6 ttl ms, $7 lock timeout ms or null); renewLease ($1-$3, $4 lease ms); complete ($1-$3 tenant, key, owner token, $4 status,
@@ -32,13 +34,15 @@ export function keyStoreStatements(t: string) {
     // One round trip answers every cell of the state table: a short call of
     // the claim function (see keyStoreFunctions), whose statements PostgreSQL
     // plans once per connection. Unnamed, so PgBouncer in transaction pooling
-    // needs nothing. $7 is a lock timeout in ms (request-transaction mode), or null.
+    // needs nothing. $7 is a lock timeout in ms (request-transaction mode), or null (separate).
     claim: `${sqlMarker('claim')} SELECT * FROM ${fn(t, 'claim')}($1, $2, $3, $4::uuid, $5, $6, $7)`,
     complete: `${sqlMarker('complete')} SELECT ${fn(t, 'complete')}($1, $2, $3::uuid, $4, $5::jsonb, $6, $7) AS completed`,
     // The same, raising FENCE_LOST_SQLSTATE instead of answering false: for a completion followed by COMMIT.
     completeOrRaise: `${sqlMarker('complete')} SELECT ${fn(t, 'complete_or_raise')}($1, $2, $3::uuid, $4, $5::jsonb, $6, $7) AS completed`,
     // request-transaction mode (see keyStoreFunctions): $1-$7 as claim.
     claimInTransaction: `${sqlMarker('claim')} SELECT * FROM ${fn(t, 'claim_in_transaction')}($1, $2, $3, $4::uuid, $5, $6, $7)`,
+    // The completion of a claim_in_transaction claim: $1-$4 tenant, key, fingerprint, owner token, $5-$8 as complete's $4-$7.
+    completeInTransaction: `${sqlMarker('complete')} SELECT ${fn(t, 'complete_in_transaction')}($1, $2, $3, $4::uuid, $5, $6::jsonb, $7, $8) AS completed`,
     // The heartbeat of a long handler: fenced like the completion.
     renewLease: `${sqlMarker('renew-lease')}
       UPDATE ${t} SET lease_expires_at = clock_timestamp() + interval '1 millisecond' * $4::float8
@@ -52,8 +56,23 @@ export function keyStoreStatements(t: string) {
          SET recovery_point = $4, phase_results = $5,
              lease_expires_at = clock_timestamp() + interval '1 millisecond' * $6::float8
        WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'`,
+    // Gives a claim back. A fresh claim (its first attempt, no phase recorded) has nothing to keep: its row goes, and
+    // a retry runs at once, even with another body. A takeover's row carries the key's history (the generation its
+    // predecessors' downstream calls used, their attempts, their recovery points): it stays, with its lease ended
+    // and a new owner token (fencing the attempt), so the next retry takes it over at once and resumes it.
     release: `${sqlMarker('release')}
-      DELETE FROM ${t} WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'`,
+      WITH gone AS (
+        DELETE FROM ${t}
+         WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'
+           AND attempt = 1 AND recovery_point IS NULL
+        RETURNING 1
+      ), ended AS (
+        UPDATE ${t} SET lease_expires_at = now(), owner_token = gen_random_uuid()
+         WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'
+           AND NOT (attempt = 1 AND recovery_point IS NULL)
+        RETURNING 1
+      )
+      SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM ended) AS released`,
     // An operator's release (the board): the attempt holding owner token $2 loses its lease now and is fenced
     // by a new token, as by a takeover, so the next claim takes the key over (its attempt counted) and the
     // attempt, if it still runs, loses its heartbeat and its completion. Answers the key.
@@ -156,22 +175,14 @@ export const CLAIM_FUNCTION_SIGNATURE = `(
      RETURNS TABLE (state text, attempt integer, generation text, retry_after integer, response_status integer,
                     response_headers jsonb, response_body bytea, recovery_point text, phase_results text)`;
 
-/** The plain table's claim function (see `keyStoreFunctions`). */
+/** The plain table's claim function (see `keyStoreFunctions`): claim mode `separate`, and takeovers. */
 function claimFunction(tableName: string): string {
   const t = quoteTableName(tableName);
   return `CREATE OR REPLACE FUNCTION ${fn(t, 'claim')}${CLAIM_FUNCTION_SIGNATURE}
      LANGUAGE plpgsql AS $fn$
      DECLARE
        r ${t}%ROWTYPE;
-       previous_lock_timeout text;
      BEGIN
-       IF p_lock_timeout_ms IS NOT NULL THEN
-         -- As SET LOCAL, for the claim's own statements only (request-transaction mode): the
-         -- previous value is put back before returning, so the handler's statements and the
-         -- completion that follow in the same transaction keep the app's lock_timeout.
-         previous_lock_timeout := current_setting('lock_timeout');
-         PERFORM set_config('lock_timeout', greatest(1, ceil(p_lock_timeout_ms))::bigint || 'ms', true);
-       END IF;
        FOR i IN 1..3 LOOP
          SELECT * INTO r FROM ${t} k WHERE k.tenant_id = p_tenant AND k.key = p_key;
          IF FOUND THEN
@@ -179,19 +190,23 @@ function claimFunction(tableName: string): string {
              RETURN QUERY SELECT CASE WHEN r.fingerprint = p_fingerprint THEN 'in_flight' ELSE 'mismatch' END, r.attempt,
                NULL::text, greatest(1, ceil(extract(epoch FROM (r.lease_expires_at - now()))))::integer,
                NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
-             IF previous_lock_timeout IS NOT NULL THEN PERFORM set_config('lock_timeout', previous_lock_timeout, true); END IF;
              RETURN;
            ELSIF r.expires_at > now() AND r.fingerprint <> p_fingerprint THEN
              RETURN QUERY SELECT 'mismatch'::text, r.attempt, NULL::text, NULL::integer,
                NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
-             IF previous_lock_timeout IS NOT NULL THEN PERFORM set_config('lock_timeout', previous_lock_timeout, true); END IF;
              RETURN;
            ELSIF r.expires_at > now() AND r.status = 'completed' THEN
              RETURN QUERY SELECT 'completed'::text, r.attempt, NULL::text, NULL::integer,
                r.response_status, r.response_headers, r.response_body, NULL::text, NULL::text;
-             IF previous_lock_timeout IS NOT NULL THEN PERFORM set_config('lock_timeout', previous_lock_timeout, true); END IF;
              RETURN;
            END IF;
+         END IF;
+         -- About to write. An attempt claimed in request-transaction mode holds the key's lock until its
+         -- transaction ends and may have written nothing yet: while it runs, the key is in flight, whatever
+         -- this claim reads. (Re-entrant: a takeover by claim_in_transaction already holds the lock.)
+         IF NOT pg_try_advisory_xact_lock(${keyLock(tableName)}) THEN
+           ${HELD_ELSEWHERE}
+           RETURN;
          END IF;
          RETURN QUERY
            INSERT INTO ${t} AS k
@@ -222,17 +237,82 @@ function claimFunction(tableName: string): string {
            RETURNING 'claimed'::text, k.attempt, k.generation::text, NULL::integer,
                      NULL::integer, NULL::jsonb, NULL::bytea, k.recovery_point, k.phase_results;
          IF FOUND THEN
-           IF previous_lock_timeout IS NOT NULL THEN PERFORM set_config('lock_timeout', previous_lock_timeout, true); END IF;
            RETURN;
          END IF;
        END LOOP;
        -- The row kept changing under us: another attempt is working on this key.
-       IF previous_lock_timeout IS NOT NULL THEN PERFORM set_config('lock_timeout', previous_lock_timeout, true); END IF;
        RETURN QUERY SELECT 'in_flight'::text, NULL::integer, NULL::text, 1, NULL::integer, NULL::jsonb, NULL::bytea,
          NULL::text, NULL::text;
      END
      $fn$`;
 }
+
+/**
+ * The key's advisory lock, as a plpgsql expression of `p_tenant` and `p_key`:
+ * chained hashes (no two pairs are joined into one string), seeded with the
+ * table, so the same key in two key tables (two modules) never makes one
+ * wait for the other. A hash collision only makes two keys wait for each
+ * other.
+ */
+export function keyLock(tableName: string): string {
+  const seed = `nest-idempotency:key:${tableName}`.replace(/'/g, "''");
+  return `hashtextextended(p_key, hashtextextended(p_tenant, hashtextextended('${seed}', 0)))`;
+}
+
+/**
+ * The claim's answer when another attempt holds the key's lock: in flight,
+ * for about a lease (its own lease is not known here).
+ */
+export const HELD_ELSEWHERE = `RETURN QUERY SELECT 'in_flight'::text, NULL::integer, NULL::text,
+             greatest(1, ceil(p_lease_ms / 1000))::integer, NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;`;
+
+/**
+ * The start of a claim in claim mode `request-transaction` (plpgsql
+ * statements; the function declares `v_lock_timeout text` and `v_waited
+ * boolean := false`). It takes the key's lock, held until the transaction
+ * ends: at once when free (a new key, a replay), else waiting at most
+ * `p_lock_timeout_ms` for the attempt that holds it.
+ *
+ * - A wait that times out is an ordinary 409, answered here: caught in its
+ *   block, the error never reaches the server's log. (The block is a
+ *   subtransaction, paid only by a claim that had to wait.)
+ * - Under REPEATABLE READ or SERIALIZABLE (the data source's, or a default of
+ *   the server, the database, the role or the connection) the transaction's
+ *   snapshot was taken when this statement began, before the lock: it would
+ *   miss what the key's previous holder committed since, and run the work a
+ *   second time. The claim then answers `retry`, and the store starts the
+ *   transaction again, with a snapshot taken after that commit. Without a
+ *   wait, the holder can still have committed between the snapshot and the
+ *   lock: the claim retries when any transaction has committed since its
+ *   snapshot (one running when it was taken, or one begun after it, up to
+ *   the first call of age() in this transaction, which happens after the
+ *   lock).
+ */
+export const TAKE_KEY_LOCK_IN_TRANSACTION = `IF NOT pg_try_advisory_xact_lock(v_lock) THEN
+         BEGIN
+           PERFORM set_config('lock_timeout', greatest(1, ceil(coalesce(p_lock_timeout_ms, 0)))::bigint || 'ms', true);
+           PERFORM pg_advisory_xact_lock(v_lock);
+         EXCEPTION WHEN lock_not_available THEN
+           PERFORM set_config('lock_timeout', v_lock_timeout, true);
+           ${HELD_ELSEWHERE}
+           RETURN;
+         END;
+         PERFORM set_config('lock_timeout', v_lock_timeout, true);
+         v_waited := true;
+       END IF;
+       IF current_setting('transaction_isolation') <> 'read committed' THEN
+         IF v_waited OR EXISTS (
+              SELECT 1 FROM pg_snapshot_xip(pg_current_snapshot()) AS x(id) WHERE pg_xact_status(x.id) = 'committed')
+            OR EXISTS (
+              SELECT 1
+                FROM (SELECT pg_snapshot_xmax(pg_current_snapshot()) AS xmax) AS s,
+                     generate_series(0, age(s.xmax::text::xid) - 1) AS n
+               WHERE pg_xact_status((s.xmax::text::bigint + n)::text::xid8) = 'committed') THEN
+           RETURN QUERY SELECT 'retry'::text, NULL::integer, NULL::text, NULL::integer, NULL::integer, NULL::jsonb,
+             NULL::bytea, NULL::text, NULL::text;
+           RETURN;
+         END IF;
+       END IF;`;
 
 /**
  * The completion functions: a fenced UPDATE by tenant, key and owner token,
@@ -255,42 +335,43 @@ export function completionFunctions(tableName: string): string[] {
        RETURN FOUND;
      END
      $fn$`,
-    // request-transaction mode under READ COMMITTED: nobody needs to see an in-flight row that only this
-    // transaction could ever commit, so a new key is written once, completed, by complete_in_transaction. The
-    // claim serialises on the key with a transaction-scoped advisory lock instead of the row's lock (a duplicate
-    // waits on it, at most the lock timeout), then answers from the committed row, read after the lock was
-    // granted. Only a lapsed in-flight row (a takeover) is written at once, by the ordinary claim, so that its
-    // old owner's completion is fenced from this moment on. A claim of the other mode never takes the lock: it
-    // can only insert a key that has no row, and then this attempt's completion finds that row and is fenced.
+    // request-transaction mode: nobody needs to see an in-flight row that only this transaction could ever commit,
+    // so a new key is written once, completed, by complete_in_transaction. The claim serialises on the key's lock
+    // (see TAKE_KEY_LOCK_IN_TRANSACTION), then answers from the committed row, read after the lock was granted.
+    // An in-flight row whose lease lapsed (whatever its TTL) is taken over in place at once, by the ordinary claim,
+    // so that its old owner's completion is fenced from this moment on. A claim of the other mode writes only
+    // under the same lock, so it never starts while this one runs.
     `CREATE OR REPLACE FUNCTION ${fn(t, 'claim_in_transaction')}${CLAIM_FUNCTION_SIGNATURE}
      LANGUAGE plpgsql AS $fn$
      DECLARE
        r ${t}%ROWTYPE;
-       previous_lock_timeout text := current_setting('lock_timeout');
+       v_lock bigint := ${keyLock(tableName)};
+       v_lock_timeout text := current_setting('lock_timeout');
+       v_waited boolean := false;
      BEGIN
-       PERFORM set_config('lock_timeout', greatest(1, ceil(coalesce(p_lock_timeout_ms, 0)))::bigint || 'ms', true);
-       -- Tenant first, then the key, with a separator no key contains (keys are visible ASCII).
-       PERFORM pg_advisory_xact_lock(hashtextextended(p_tenant || E'\\x1f' || p_key, 0));
-       PERFORM set_config('lock_timeout', previous_lock_timeout, true);
+       ${TAKE_KEY_LOCK_IN_TRANSACTION}
        SELECT * INTO r FROM ${t} k WHERE k.tenant_id = p_tenant AND k.key = p_key;
-       IF FOUND AND NOT (r.expires_at <= now() AND NOT (r.status = 'in_flight' AND r.lease_expires_at > now())) THEN
-         IF r.status = 'in_flight' AND r.lease_expires_at > now() THEN
+       IF FOUND AND r.status = 'in_flight' THEN
+         IF r.lease_expires_at > now() THEN
            RETURN QUERY SELECT CASE WHEN r.fingerprint = p_fingerprint THEN 'in_flight' ELSE 'mismatch' END, r.attempt,
              NULL::text, greatest(1, ceil(extract(epoch FROM (r.lease_expires_at - now()))))::integer,
              NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
-         ELSIF r.fingerprint <> p_fingerprint THEN
+         ELSE
+           -- Its lease lapsed: taken over in place (or claimed anew when its TTL ended too), as the ordinary claim does.
+           RETURN QUERY SELECT * FROM ${fn(t, 'claim')}(p_tenant, p_key, p_fingerprint, p_owner, p_lease_ms, p_ttl_ms, NULL);
+         END IF;
+         RETURN;
+       ELSIF FOUND AND r.expires_at > now() THEN
+         IF r.fingerprint <> p_fingerprint THEN
            RETURN QUERY SELECT 'mismatch'::text, r.attempt, NULL::text, NULL::integer,
              NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
-         ELSIF r.status = 'completed' THEN
+         ELSE
            RETURN QUERY SELECT 'completed'::text, r.attempt, NULL::text, NULL::integer,
              r.response_status, r.response_headers, r.response_body, NULL::text, NULL::text;
-         ELSE
-           -- In flight, its lease lapsed: taken over in place, as the ordinary claim does.
-           RETURN QUERY SELECT * FROM ${fn(t, 'claim')}(p_tenant, p_key, p_fingerprint, p_owner, p_lease_ms, p_ttl_ms, p_lock_timeout_ms);
          END IF;
          RETURN;
        END IF;
-       -- Absent, or expired: this attempt's, with nothing written until its completion.
+       -- Absent, or completed and expired: this attempt's, with nothing written until its completion.
        RETURN QUERY SELECT 'claimed'::text, 1, p_owner::text, NULL::integer,
          NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
      END

@@ -14,8 +14,9 @@ import {
   type SweepResult,
   type OpenAttempt,
 } from '../core/idempotency-store.js';
-import { FENCE_LOST_SQLSTATE, keyStoreFunction, keyStoreStatements } from './key-store.sql.js';
-import { installRedactingLogger, redactQueryError, sqlMarker } from './redacting-logger.js';
+import { FENCE_LOST_SQLSTATE, keyStoreStatements } from './key-store.sql.js';
+import { installRedactingLogger, redactQueryError } from './redacting-logger.js';
+import { pipelined, type PipelineClient, type PipelinedResult, type PipelinedStatement } from './pipelined.js';
 import { quoteTableName } from './identifiers.js';
 import { deleteInPacedBatches } from './paced-batches.js';
 import { PartitionRetention, type PartitionStatus } from './partitioned/partition-retention.js';
@@ -32,14 +33,44 @@ interface ClaimRow {
   phase_results: string | null;
 }
 
-/** An integer or decimal as a SQL literal; undefined for anything else (never a string built from input). */
-function numberLiteral(value: number | null): string | undefined {
-  if (value === null) return 'NULL';
-  return Number.isFinite(value) ? String(value) : undefined;
+/** SQLSTATE of a serialization failure (REPEATABLE READ, SERIALIZABLE): a row changed after the snapshot. */
+const SERIALIZATION_FAILURE = '40001';
+
+/** SQLSTATE of a server process ended by `pg_terminate_backend`. */
+const ADMIN_SHUTDOWN = '57P01';
+
+/**
+ * Opens the claim's own transaction, and an autocommit write's: READ COMMITTED
+ * whatever default the server, the database, the role or the connection sets.
+ */
+const BEGIN_READ_COMMITTED = 'BEGIN ISOLATION LEVEL READ COMMITTED';
+
+/** A request-transaction claim whose snapshot predates the key's last commit: the transaction starts again. */
+const STALE_SNAPSHOT = Symbol('stale snapshot');
+
+/** How often `begin` starts a request-transaction attempt again for a stale snapshot before answering 409. */
+const STALE_SNAPSHOT_TRIES = 5;
+
+function sqlState(error: unknown): unknown {
+  return (error as { code?: unknown } | undefined)?.code;
 }
 
-/** SQLSTATE of a lock wait that ran past `lock_timeout`. */
-const LOCK_NOT_AVAILABLE = '55P03';
+/**
+ * Whether a fenced statement of the module failed because the key is no
+ * longer this attempt's: its fence raised, or (under REPEATABLE READ or
+ * SERIALIZABLE) the row changed after the work's snapshot, which only another
+ * attempt's claim, an operator's release or the sweeper does.
+ */
+function isFenceLost(error: unknown): boolean {
+  const code = sqlState(error);
+  return code === FENCE_LOST_SQLSTATE || code === SERIALIZATION_FAILURE;
+}
+
+/** The statement's answer; its error, thrown, when it failed. */
+function answerOf(result: PipelinedResult): { rows: unknown[]; rowCount: number | null } {
+  if (!result.ok) throw result.error;
+  return result;
+}
 
 /** The part of TypeORM's postgres driver the store uses: a connection of its pool. */
 interface PgDriver {
@@ -80,12 +111,10 @@ const UNAVAILABLE_MESSAGES = [
 ];
 
 /** node-postgres's client, as far as the store uses it. */
-interface PgClient {
-  query(config: { text: string; values: unknown[]; name?: string }): Promise<{ rows: unknown[]; rowCount: number | null }>;
-  /** A query with no values goes as one simple-protocol message, which may hold several statements: one result each. */
-  query(text: string): Promise<Array<{ rows: unknown[]; rowCount: number | null }>>;
+type PgClient = PipelineClient & {
+  query(text: string): Promise<unknown>;
   escapeLiteral(value: string): string;
-}
+};
 
 /** The pg Pool under TypeORM's postgres driver, as far as the store looks at it. */
 interface PgPool {
@@ -94,9 +123,6 @@ interface PgPool {
   waitingCount: number;
   options: { max: number };
 }
-
-/** Bodies up to this size are sent inline (hex) with the COMMIT; larger ones as a binary parameter, one more round trip. */
-const INLINE_BODY_LIMIT = 64 * 1024;
 
 /** Names the sweep's advisory lock, with the key table's oid after it. */
 const SWEEP_LOCK_PREFIX = 'nest-idempotency:sweep:';
@@ -176,76 +202,67 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   /**
    * @param tx claim inside this transaction (request-transaction mode) instead
    *   of committing on its own; a concurrent claim of the same key then waits
-   *   on the row lock at most `lockTimeoutMs`, and a timeout reads as in flight.
+   *   for the key's lock at most `lockTimeoutMs`, and a timeout reads as in
+   *   flight. (A claim whose snapshot predates the key's last commit, under
+   *   REPEATABLE READ or SERIALIZABLE, also reads as in flight here: `begin`
+   *   starts such a transaction again instead.)
    */
   async claim(request: ClaimRequest, tx?: EntityManager, lockTimeoutMs?: number): Promise<ClaimResult> {
-    let rows: ClaimRow[];
-    try {
-      rows =
-        tx || this.options.preparedStatements
-          ? await this.claimRows(request, tx ? (lockTimeoutMs ?? 0) : null, tx)
-          : await this.claimAlone(request);
-    } catch (error) {
-      if (tx && (error as { code?: unknown }).code === LOCK_NOT_AVAILABLE) {
-        return { state: 'in-flight', retryAfterSeconds: Math.max(1, Math.ceil(request.leaseMs / 1000)) };
-      }
-      throw error;
-    }
-    return this.claimResult(rows[0], request);
+    if (!tx) return this.claimResult((await this.claimAlone(request))[0], request);
+    const statement = this.claimStatement(request, this.inTransactionClaim, lockTimeoutMs ?? 0);
+    const { rows } = await this.run(statement.text, statement.values!, { tx, name: statement.name });
+    return this.claimResult(rows[0] as ClaimRow | undefined, request);
+  }
+
+  /** The claim function of claim mode `request-transaction`: the partitioned table's one claim takes both modes. */
+  private get inTransactionClaim(): 'claim' | 'claim_in_transaction' {
+    return this.partitions ? 'claim' : 'claim_in_transaction';
   }
 
   /**
-   * A claim committed on its own, on the claim pool: one message whose
-   * transaction does not wait for its WAL flush (see `begin`).
+   * A claim committed on its own, on the claim pool: its transaction, the
+   * claim and its COMMIT in one round trip (see `begin`).
    */
   private async claimAlone(request: ClaimRequest): Promise<ClaimRow[]> {
-    const [client, release] = (await (this.claims.driver as unknown as PgDriver).obtainMasterConnection()) as [
-      PgClient,
-      (error?: unknown) => void,
-    ];
+    const [client, release] = await this.connection(this.claims);
     let failure: unknown;
     try {
-      const claim = this.claimCall(client, request, null);
-      if (!claim) return await this.claimRows(request, null);
-      const message = (call: string) => `${sqlMarker('claim')} BEGIN; SET LOCAL synchronous_commit TO off; ${call}; COMMIT`;
-      const results = await this.runMessage(
+      const [, claim, commit] = await this.exchange(
         client,
-        message(claim.text),
-        message(claim.template),
-        claim.params,
-        undefined,
+        [{ text: BEGIN_READ_COMMITTED }, this.claimStatement(request, 'claim', null), { text: 'COMMIT' }],
         this.claims,
       );
-      return results[2].rows as ClaimRow[];
+      const { rows } = answerOf(claim);
+      answerOf(commit);
+      return rows as ClaimRow[];
     } catch (error) {
       failure = error;
-      // The message stopped inside its transaction: end it before the connection serves anyone else.
-      if (!this.isUnavailableError(error)) await client.query('ROLLBACK').catch(() => undefined);
       throw error;
     } finally {
+      // A failed claim's COMMIT answered ROLLBACK: the connection is idle again, unless it died.
       release(failure !== undefined && this.isUnavailableError(failure) ? failure : undefined);
     }
   }
 
-  /** The claim function's rows, with its values as parameters (in `tx` when given, else on the claim pool). */
-  private async claimRows(
+  /** The call of a claim function, its values as parameters. */
+  private claimStatement(
     request: ClaimRequest,
+    name: 'claim' | 'claim_in_transaction',
     lockTimeoutMs: number | null,
-    tx?: EntityManager,
-    name: 'claim' | 'claim_in_transaction' = 'claim',
-  ): Promise<ClaimRow[]> {
-    const params = [
-      request.tenant,
-      request.key,
-      request.fingerprint,
-      request.ownerToken,
-      request.leaseMs,
-      request.ttlMs,
-      lockTimeoutMs,
-    ];
-    if (name === 'claim_in_transaction')
-      return (await this.run(undefined, this.sql.claimInTransaction, params, tx)).rows as ClaimRow[];
-    return (await this.run('claim', this.sql.claim, params, tx)).rows as ClaimRow[];
+  ): PipelinedStatement {
+    return {
+      text: name === 'claim' ? this.sql.claim : this.sql.claimInTransaction,
+      values: [
+        request.tenant,
+        request.key,
+        request.fingerprint,
+        request.ownerToken,
+        request.leaseMs,
+        request.ttlMs,
+        lockTimeoutMs,
+      ],
+      ...(this.options.preparedStatements ? { name: this.statementName(name) } : {}),
+    };
   }
 
   /** What the claim function's row says, as the engine reads it. */
@@ -272,193 +289,138 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     }
   }
 
-  /**
-   * The claim function's call with its values as literals, for a message of
-   * several statements (`text`), and as logged (`template`, with the values
-   * as parameters, which the redacting logger hides). Undefined when a value
-   * cannot be a literal (a NUL ends a simple-protocol message).
-   */
-  private claimCall(
-    client: PgClient,
+  /** The completion's call, its values as parameters; a request-transaction claim that wrote no row writes it here. */
+  private completionStatement(
     request: ClaimRequest,
-    lockTimeoutMs: number | null,
-    name: 'claim' | 'claim_in_transaction' = 'claim',
-  ) {
-    const values = [request.tenant, request.key, request.fingerprint, request.ownerToken];
-    if (values.some((v) => v.includes('\0'))) return undefined;
-    const [tenant, key, fingerprint, owner] = values.map((v) => client.escapeLiteral(v));
-    const numbers = [request.leaseMs, request.ttlMs, lockTimeoutMs].map(numberLiteral);
-    if (numbers.some((n) => n === undefined)) return undefined;
-    const call = keyStoreFunction(this.table, name);
-    return {
-      text: `SELECT * FROM ${call}(${tenant}, ${key}, ${fingerprint}, ${owner}::uuid, ${numbers.join(', ')})`,
-      template: `SELECT * FROM ${call}($1, $2, $3, $4::uuid, $5, $6, $7)`,
-      params: [...values, request.leaseMs, request.ttlMs, lockTimeoutMs],
-    };
+    response: StoredResponse,
+    ttlMs: number,
+    writesRow: boolean,
+  ): PipelinedStatement {
+    const headers = JSON.stringify(response.headers);
+    return writesRow
+      ? {
+          text: this.sql.completeInTransaction,
+          values: [
+            request.tenant,
+            request.key,
+            request.fingerprint,
+            request.ownerToken,
+            response.status,
+            headers,
+            response.body,
+            ttlMs,
+          ],
+        }
+      : {
+          text: this.sql.completeOrRaise,
+          values: [request.tenant, request.key, request.ownerToken, response.status, headers, response.body, ttlMs],
+          ...(this.options.preparedStatements ? { name: this.statementName('complete_or_raise') } : {}),
+        };
   }
 
   /**
-   * The completion's call with literals (see `claimCall`), and with its
-   * values as parameters (`params`, for `sql`); `text` is undefined for a
-   * value a literal cannot carry or a body too large to inline. Both raise
-   * when the fence fails. A request-transaction claim is completed by
-   * `complete_in_transaction`, which also writes the row a claim under the
-   * key's lock did not.
+   * Sends `statements` in one round trip (see `pipelined`) and returns what
+   * each answered. Each is logged through the data source's logger with its
+   * parameters, which the redacting logger hides, and a failure carries
+   * neither the text nor the values; a failure's error is logged once.
    */
-  private completionCall(client: PgClient, request: ClaimRequest, response: StoredResponse, ttlMs: number, writesRow: boolean) {
-    const headersJson = JSON.stringify(response.headers);
-    const strings = writesRow
-      ? [request.tenant, request.key, request.fingerprint, request.ownerToken]
-      : [request.tenant, request.key, request.ownerToken];
-    const name = writesRow ? 'complete_in_transaction' : 'complete_or_raise';
-    const call = keyStoreFunction(this.table, name);
-    const placeholders = writesRow ? '$1, $2, $3, $4::uuid, $5, $6::jsonb, $7, $8' : '$1, $2, $3::uuid, $4, $5::jsonb, $6, $7';
-    const params = [...strings, response.status, headersJson, response.body, ttlMs];
-    const sql = `${sqlMarker('complete')} SELECT ${call}(${placeholders}) AS completed`;
-    const template = `SELECT ${call}(${placeholders})`;
-    const status = numberLiteral(response.status);
-    const ttl = numberLiteral(ttlMs);
-    const inlinable =
-      ![...strings, headersJson].some((v) => v.includes('\0')) &&
-      (response.body?.length ?? 0) <= INLINE_BODY_LIMIT &&
-      status !== undefined &&
-      ttl !== undefined;
-    if (!inlinable) return { text: undefined, template, params, sql };
-    const literals = strings.map((v) => client.escapeLiteral(v));
-    const owner = `${literals.pop()}::uuid`;
-    // Hex escape form: the same bytes whatever standard_conforming_strings says.
-    const body = response.body ? `E'\\\\x${response.body.toString('hex')}'::bytea` : 'NULL::bytea';
-    const values = [...literals, owner, status, `${client.escapeLiteral(headersJson)}::jsonb`, body, ttl];
-    return { text: `SELECT ${call}(${values.join(', ')})`, template, params, sql };
-  }
-
-  /**
-   * Sends `text` (several statements, values as literals) as one message and
-   * returns a result per statement. It is logged as `template` with `params`,
-   * so the redacting logger keeps keys, tenants and bodies out of the logs,
-   * and an error it throws carries neither the text nor the values.
-   */
-  private async runMessage(
+  private async exchange(
     client: PgClient,
-    text: string,
-    /** What is logged: `text` with `params` in place of its literals. */
-    template: string,
-    params: unknown[],
+    statements: readonly PipelinedStatement[],
+    source: DataSource,
     runner?: QueryRunner,
-    source: DataSource = this.dataSource,
-  ): Promise<Array<{ rows: unknown[]; rowCount: number | null }>> {
+  ): Promise<PipelinedResult[]> {
     installRedactingLogger(source);
-    const logged = template;
-    source.logger.logQuery(logged, params, runner);
-    try {
-      const result = await client.query(text);
-      return Array.isArray(result) ? result : [result];
-    } catch (error) {
-      source.logger.logQueryError(error as Error, logged, params, runner);
-      throw redactQueryError(error, params);
-    }
+    for (const statement of statements) source.logger.logQuery(statement.text, statement.values, runner);
+    const results = await pipelined(client, statements);
+    return results.map((result, i) => {
+      if (result.ok) return result;
+      const { text, values = [] } = statements[i];
+      source.logger.logQueryError(result.error as Error, text, values, runner);
+      return { ok: false, error: redactQueryError(result.error, values) };
+    });
   }
 
   /**
    * The claim and the BEGIN of the work's transaction in one round trip, on
-   * the connection the work then uses: one simple-protocol message, whose
-   * values are literals escaped by the driver.
+   * the connection the work then uses: one pipeline of parameterised
+   * statements (see `pipelined`), no value ever in a statement's text.
    *
-   * - `separate`: `BEGIN; SET LOCAL synchronous_commit TO off; SELECT claim;
-   *   COMMIT; START TRANSACTION`. The claim commits on its own (another
-   *   connection sees it at once; a later ROLLBACK leaves it) without waiting
-   *   for its WAL flush: the work's COMMIT that follows flushes it, and a
-   *   claim lost in a crash before that is a key that was never claimed. When
-   *   the main pool has no connection free, the claim goes to the claim pool
-   *   instead, so that replays and 409s never queue behind business
-   *   transactions, and the BEGIN follows once a connection is free.
-   * - `request-transaction`: `START TRANSACTION; SELECT claim; SAVEPOINT`.
-   *   The savepoint lets a failure's response be stored under the claim's
-   *   lock, so a duplicate waiting on it finds the stored answer.
+   * - `separate`: `BEGIN ISOLATION LEVEL READ COMMITTED`, the claim, `COMMIT`,
+   *   `START TRANSACTION`. The claim commits on its own (another connection
+   *   sees it at once; a later ROLLBACK leaves it), durably: the work may use
+   *   its generation in calls to other systems before its own COMMIT, and a
+   *   retry after a crash of the database must find that same generation.
+   *   It runs at READ COMMITTED whatever the server's, the database's or the
+   *   role's default, so a concurrent claim's commit is read, never a
+   *   serialization failure. When the main pool has no connection free, the
+   *   claim goes to the claim pool instead, so that replays and 409s never
+   *   queue behind business transactions, and the BEGIN follows once a
+   *   connection is free.
+   * - `request-transaction`: `START TRANSACTION`, the claim, `SAVEPOINT`. The
+   *   savepoint lets a failure's response be stored under the key's lock, so a
+   *   duplicate waiting on it finds the stored answer. The transaction keeps
+   *   the app's isolation level; a claim whose snapshot predates the key's
+   *   last commit answers `retry`, and the transaction starts again.
    *
-   * Behind PgBouncer in transaction pooling the message ends inside an open
+   * Behind PgBouncer in transaction pooling the pipeline ends inside an open
    * transaction, so the server connection stays with this client.
    */
   override async begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs = 0): Promise<Begun<EntityManager>> {
-    if (this.options.preparedStatements) return super.begin(request, mode, lockTimeoutMs);
+    for (let tries = 1; ; tries++) {
+      const begun = await this.beginOnce(request, mode, lockTimeoutMs);
+      if (begun !== STALE_SNAPSHOT) return begun;
+      // Each try waited for a commit of this key, or saw one land as it began: the key is busy; let the client retry.
+      if (tries === STALE_SNAPSHOT_TRIES) return { claim: { state: 'in-flight', retryAfterSeconds: 1 } };
+    }
+  }
+
+  private async beginOnce(
+    request: ClaimRequest,
+    mode: ClaimMode,
+    lockTimeoutMs: number,
+  ): Promise<Begun<EntityManager> | typeof STALE_SNAPSHOT> {
     if (mode === 'separate' && (this.answeredShare > MOSTLY_ANSWERED || !this.mainPoolHasRoom())) {
-      const claim = await this.claim(request);
-      this.noteClaim(claim);
-      if (claim.state !== 'claimed') return { claim };
-      const runner = this.dataSource.createQueryRunner();
-      try {
-        await runner.startTransaction();
-      } catch (error) {
-        await this.abandon(runner, error);
-        // BEGIN failed, so the work never ran: give the claim back, so a retry need not wait out the lease.
-        await this.release(request).catch(() => false);
-        throw error;
-      }
-      return { claim, attempt: this.openAttempt(runner, request, false) };
+      return this.beginAfterClaimPool(request);
     }
     const runner = this.dataSource.createQueryRunner();
-    const lockTimeout = mode === 'request-transaction' ? lockTimeoutMs : null;
-    // Under READ COMMITTED (PostgreSQL's default) a request-transaction claim writes nothing for a new key: each
-    // statement reads what committed before it, so the row read after the key's lock was granted is the latest.
-    // A transaction snapshot taken before that wait (REPEATABLE READ, SERIALIZABLE) would miss it: there the
-    // claim writes the in-flight row, whose unique index serialises duplicates instead.
-    const level = this.dataSource.options.isolationLevel;
-    const claimFunction =
-      mode === 'request-transaction' && (!level || level === 'READ COMMITTED') && !this.partitions
-        ? 'claim_in_transaction'
-        : 'claim';
-    let rows: ClaimRow[] | undefined;
-    let refused: unknown;
+    const claimFunction = mode === 'separate' ? 'claim' : this.inTransactionClaim;
+    const claimStatement = this.claimStatement(request, claimFunction, mode === 'separate' ? null : lockTimeoutMs);
+    let results: PipelinedResult[] = [];
     try {
       await this.fusing(runner, 'START TRANSACTION', async (client, startTransaction) => {
-        const claim = this.claimCall(client, request, lockTimeout, claimFunction);
-        if (claim === undefined) {
-          // A value a literal cannot carry (a NUL): the same statements, each on its own.
-          if (mode === 'separate') {
-            rows = await this.claimRows(request, null);
-            await client.query(startTransaction);
-          } else {
-            await client.query(startTransaction);
-            rows = await this.claimRows(request, lockTimeout, runner.manager, claimFunction).catch((error: unknown) => {
-              refused = error;
-              return undefined;
-            });
-            if (rows) await client.query(`SAVEPOINT ${WORK_SAVEPOINT}`);
-          }
-          return;
-        }
-        const message = (call: string) =>
+        const statements =
           mode === 'separate'
-            ? `${sqlMarker('claim-then-begin')} BEGIN; SET LOCAL synchronous_commit TO off; ${call}; COMMIT; ${startTransaction}`
-            : `${sqlMarker('begin-and-claim')} ${startTransaction}; ${call}; SAVEPOINT ${WORK_SAVEPOINT}`;
-        const results = await this.runMessage(client, message(claim.text), message(claim.template), claim.params, runner).catch(
-          (error: unknown) => {
-            // The database answered with an error: the message stopped there; the open transaction is rolled back below.
-            if (this.isUnavailableError(error)) throw error;
-            refused = error;
-            return undefined;
-          },
-        );
-        if (results) rows = results[mode === 'separate' ? 2 : 1].rows as ClaimRow[];
+            ? [{ text: BEGIN_READ_COMMITTED }, claimStatement, { text: 'COMMIT' }, { text: startTransaction }]
+            : [{ text: startTransaction }, claimStatement, { text: `SAVEPOINT ${WORK_SAVEPOINT}` }];
+        results = await this.exchange(client, statements, this.dataSource, runner);
+        // The connection is gone: whatever else answered, nothing can go on on it.
+        const lost = results.find((result) => !result.ok && this.isUnavailableError(result.error));
+        if (lost) throw (lost as { error: unknown }).error;
+        // TypeORM must not count a transaction that did not open.
+        const opened = results[mode === 'separate' ? 3 : 0];
+        if (!opened.ok) throw opened.error;
       });
     } catch (error) {
       await this.abandon(runner, error);
-      // The claim may have committed before the connection was lost: give it back if the store still answers.
+      // The claim may have committed before the BEGIN failed or the connection was lost: give it back if the store
+      // still answers, so a retry need not wait out the lease.
       if (mode === 'separate') await this.release(request).catch(() => false);
       throw error;
     }
-    if (refused !== undefined || !rows) {
+    const [claimed, committed] = mode === 'separate' ? [results[1], results[2]] : [results[1], results[1]];
+    if (!claimed.ok || !committed.ok) {
       await this.abandon(runner);
-      if (
-        refused !== undefined &&
-        mode === 'request-transaction' &&
-        (refused as { code?: unknown }).code === LOCK_NOT_AVAILABLE
-      ) {
-        return { claim: { state: 'in-flight', retryAfterSeconds: Math.max(1, Math.ceil(request.leaseMs / 1000)) } };
-      }
-      throw refused ?? new Error('The claim returned no row.');
+      const error = claimed.ok ? (committed as { error: unknown }).error : claimed.error;
+      if (mode === 'request-transaction' && sqlState(error) === SERIALIZATION_FAILURE) return STALE_SNAPSHOT;
+      throw error;
     }
-    const claim = this.claimResult(rows[0], request);
+    const row = claimed.rows[0] as ClaimRow | undefined;
+    if (row?.state === 'retry') {
+      await this.abandon(runner);
+      return STALE_SNAPSHOT;
+    }
+    const claim = this.claimResult(row, request);
     if (mode === 'separate') this.noteClaim(claim);
     if (claim.state !== 'claimed') {
       // Nothing to do in the transaction just opened: the answer need not wait for its ROLLBACK.
@@ -469,6 +431,36 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       claim,
       attempt: this.openAttempt(runner, request, mode === 'request-transaction', claimFunction === 'claim_in_transaction'),
     };
+  }
+
+  /**
+   * A separate claim on the claim pool, then the work's BEGIN once the main
+   * pool lends a connection. That wait has no heartbeat: when it outlasted a
+   * third of the lease, the lease is renewed, fenced, before the work starts
+   * (the engine's heartbeat then beats within the lease). A claim taken over
+   * meanwhile is not run: its key is another attempt's now, in flight.
+   */
+  private async beginAfterClaimPool(request: ClaimRequest): Promise<Begun<EntityManager>> {
+    const claimedAt = performance.now();
+    const claim = await this.claim(request);
+    this.noteClaim(claim);
+    if (claim.state !== 'claimed') return { claim };
+    const runner = this.dataSource.createQueryRunner();
+    let stillOurs = true;
+    try {
+      await runner.startTransaction();
+      if (performance.now() - claimedAt > request.leaseMs / 3) stillOurs = await this.renewLease(request, request.leaseMs);
+    } catch (error) {
+      await this.abandon(runner, error);
+      // The work never ran: give the claim back, so a retry need not wait out the lease.
+      await this.release(request).catch(() => false);
+      throw error;
+    }
+    if (!stillOurs) {
+      void this.abandon(runner);
+      return { claim: { state: 'in-flight', retryAfterSeconds: Math.max(1, Math.ceil(request.leaseMs / 1000)) } };
+    }
+    return { claim, attempt: this.openAttempt(runner, request, false) };
   }
 
   /**
@@ -484,6 +476,9 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     writesRow = false,
   ): OpenAttempt<EntityManager> {
     let ended = false;
+    /** The completion is on its way: too late to abort. */
+    let committing = false;
+    let aborted = false;
     let openedAt = performance.now();
     // A distinct value per open attempt: it is the attempt's entry in openAttempts.
     while (this.openAttempts.has(openedAt)) openedAt += 1e-6;
@@ -496,41 +491,52 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     return {
       tx: runner.manager,
       commit: async (response, ttlMs) => {
+        if (aborted) return false;
         if (ended) throw new Error('This attempt has already ended.');
+        committing = true;
         try {
           await this.fusing(runner, 'COMMIT', async (client) => {
-            const completion = this.completionCall(client, request, response, ttlMs, writesRow);
-            if (completion.text) {
-              const message = (call: string) => `${sqlMarker('complete-and-commit')} ${call}; COMMIT`;
-              await this.runMessage(client, message(completion.text), message(completion.template), completion.params, runner);
-            } else {
-              await this.run(undefined, completion.sql, completion.params, runner.manager, this.dataSource);
-              await client.query('COMMIT');
-            }
+            const [completion, commit] = await this.exchange(
+              client,
+              [this.completionStatement(request, response, ttlMs, writesRow), { text: 'COMMIT' }],
+              this.dataSource,
+              runner,
+            );
+            // A failed completion made the COMMIT answer ROLLBACK: nothing committed.
+            if (!completion.ok) throw completion.error;
+            if (!commit.ok) throw commit.error;
           });
           ended = true;
           this.recordHold(openedAt);
           await runner.release();
           return true;
         } catch (error) {
-          // The message stopped before its COMMIT; TypeORM's commitTransaction threw, so its subscribers were told of no
-          // commit, and the rollback below tells them of the rollback.
+          // TypeORM's commitTransaction threw, so its subscribers were told of no commit, and the rollback below tells
+          // them of the rollback.
           await end(error);
-          if ((error as { code?: unknown }).code === FENCE_LOST_SQLSTATE) return false;
+          if (isFenceLost(error)) return false;
           throw error;
         }
       },
       rollback: async (keepClaim) => {
-        if (ended) return false;
+        if (ended || aborted) return false;
         if (keepClaim && inTransaction) {
           try {
             const client = (await runner.connect()) as PgClient;
-            const undo = `${sqlMarker('undo-work')} ROLLBACK TO SAVEPOINT ${WORK_SAVEPOINT}`;
-            await this.runMessage(client, undo, undo, [], runner);
-            return true;
+            const [undone] = await this.exchange(
+              client,
+              [{ text: `ROLLBACK TO SAVEPOINT ${WORK_SAVEPOINT}` }],
+              this.dataSource,
+              runner,
+            );
+            if (undone.ok) return true;
+            if (this.isUnavailableError(undone.error)) {
+              await end(undone.error);
+              throw undone.error;
+            }
           } catch (error) {
             if (this.isUnavailableError(error)) {
-              await end(error);
+              if (!ended) await end(error);
               throw error;
             }
           }
@@ -545,6 +551,18 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
           if (!runner.isReleased) await runner.release();
         }
         return false;
+      },
+      abort: async () => {
+        if (ended || committing || aborted) return;
+        aborted = true;
+        // The work may be anywhere: waiting on another system (its connection idle in the transaction) or inside a
+        // statement of its own. Ending its server process ends both, rolls the transaction back and frees the key's
+        // lock; the work's next statement fails, and its connection is dropped rather than lent again.
+        const pid = (runner as unknown as { databaseConnection?: { processID?: number } }).databaseConnection?.processID;
+        if (pid !== undefined) {
+          await this.run('SELECT pg_terminate_backend($1)', [pid], { source: this.claims }).catch(() => undefined);
+        }
+        await end(Object.assign(new Error('The attempt held its key past maxHold and was ended.'), { code: ADMIN_SHUTDOWN }));
       },
     };
   }
@@ -666,7 +684,8 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   }
 
   override async renewLease(ref: ClaimRef, leaseMs: number): Promise<boolean> {
-    return (await this.run(undefined, this.sql.renewLease, [ref.tenant, ref.key, ref.ownerToken, leaseMs])).affected === 1;
+    const { affected } = await this.run(this.sql.renewLease, [ref.tenant, ref.key, ref.ownerToken, leaseMs], { write: true });
+    return affected === 1;
   }
 
   /**
@@ -699,19 +718,34 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
 
   async complete(ref: ClaimRef, response: StoredResponse, ttlMs: number, tx?: EntityManager): Promise<boolean> {
     const params = [ref.tenant, ref.key, ref.ownerToken, response.status, JSON.stringify(response.headers), response.body, ttlMs];
-    const [row] = (await this.run('complete', this.sql.complete, params, tx, tx ? this.dataSource : this.claims)).rows as Array<{
-      completed: boolean;
-    }>;
-    return row?.completed === true;
+    const name = this.options.preparedStatements ? this.statementName('complete') : undefined;
+    try {
+      const { rows } = await this.run(this.sql.complete, params, tx ? { tx, name } : { write: true, name });
+      return (rows as Array<{ completed: boolean }>)[0]?.completed === true;
+    } catch (error) {
+      if (isFenceLost(error)) return false;
+      throw error;
+    }
   }
 
   async recordPhase(ref: ClaimRef, phases: PhaseState, leaseMs: number, tx?: EntityManager): Promise<boolean> {
     const params = [ref.tenant, ref.key, ref.ownerToken, phases.recoveryPoint, JSON.stringify(phases.results), leaseMs];
-    return (await this.run(undefined, this.sql.recordPhase, params, tx, tx ? this.dataSource : this.claims)).affected === 1;
+    try {
+      return (await this.run(this.sql.recordPhase, params, tx ? { tx } : { write: true })).affected === 1;
+    } catch (error) {
+      if (isFenceLost(error)) return false;
+      throw error;
+    }
   }
 
+  /**
+   * Gives the claim back when the work never ran (or was rejected before it
+   * started): a fresh claim is deleted, a takeover's lease ends with its
+   * history kept (see the `release` statement).
+   */
   async release(ref: ClaimRef): Promise<boolean> {
-    return (await this.run(undefined, this.sql.release, [ref.tenant, ref.key, ref.ownerToken])).affected === 1;
+    const { rows } = await this.run(this.sql.release, [ref.tenant, ref.key, ref.ownerToken], { write: true });
+    return Number((rows as Array<{ released: string | number }>)[0]?.released ?? 0) > 0;
   }
 
   /**
@@ -721,7 +755,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
    * @returns the attempt's key, or undefined when it no longer holds one
    */
   async endLease(tenant: string, ownerToken: string): Promise<string | undefined> {
-    const { rows } = await this.run(undefined, this.sql.endLease, [tenant, ownerToken]);
+    const { rows } = await this.run(this.sql.endLease, [tenant, ownerToken], { write: true });
     return (rows as Array<{ key: string }>)[0]?.key;
   }
 
@@ -754,7 +788,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       const run = await deleteInPacedBatches(
         async () => {
           const params = [options.batchSize, after];
-          const [batch] = (await this.run(undefined, this.sql.sweepBatch, params, undefined, this.dataSource)).rows as Array<{
+          const [batch] = (await this.run(this.sql.sweepBatch, params, { source: this.dataSource, write: true })).rows as Array<{
             deleted: number;
             last: string | null;
           }>;
@@ -773,7 +807,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
 
   override async countExpired(limit: number): Promise<number> {
     if (this.partitions) return this.partitions.countExpired(limit);
-    const [row] = (await this.run(undefined, this.sql.countExpired, [limit], undefined, this.dataSource)).rows as Array<{
+    const [row] = (await this.run(this.sql.countExpired, [limit], { source: this.dataSource })).rows as Array<{
       expired: number;
     }>;
     return row?.expired ?? 0;
@@ -796,49 +830,48 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   /**
    * Runs one of the module's statements on the pg client underneath: in
    * `tx`'s transaction when given, else on a connection of `source` taken for
-   * this one statement (by default the claim pool). TypeORM's query path is
-   * skipped, since for these short statements it costs more app CPU than the
-   * statement does; each is still logged through the data source's logger,
-   * and its parameters (keys, tenants, bodies) reach neither a log nor the
-   * error it throws (see redacting-logger.ts).
+   * this one statement (by default the claim pool). A `write` outside a
+   * transaction runs in one of its own at READ COMMITTED, in the same round
+   * trip: on its own it would inherit the server's default isolation level,
+   * and under REPEATABLE READ a row another connection just changed is a
+   * serialization failure instead of the latest version to decide on.
+   * TypeORM's query path is skipped, since for these short statements it
+   * costs more app CPU than the statement does; each is still logged through
+   * the data source's logger, and its parameters (keys, tenants, bodies)
+   * reach neither a log nor the error it throws (see redacting-logger.ts).
    */
   private async run(
-    name: 'claim' | 'complete' | undefined,
     sql: string,
     params: unknown[],
-    tx?: EntityManager,
-    source: DataSource = this.claims,
+    options: { tx?: EntityManager; source?: DataSource; write?: boolean; name?: string } = {},
   ): Promise<{ rows: unknown[]; affected: number }> {
-    installRedactingLogger(source);
-    const runner = tx?.queryRunner;
-    let client: PgClient;
-    let release: ((error?: unknown) => void) | undefined;
-    if (runner) {
-      client = (await runner.connect()) as PgClient;
-    } else {
-      [client, release] = (await (source.driver as unknown as PgDriver).obtainMasterConnection()) as [
-        PgClient,
-        (error?: unknown) => void,
-      ];
-    }
+    const runner = options.tx?.queryRunner;
+    const source = options.source ?? (runner ? this.dataSource : this.claims);
+    const statement: PipelinedStatement = { text: sql, values: params, ...(options.name ? { name: options.name } : {}) };
+    const [client, release] = runner ? [(await runner.connect()) as PgClient, undefined] : await this.connection(source);
     let failure: unknown;
     try {
-      source.logger.logQuery(sql, params, runner);
-      const named = name && this.options.preparedStatements ? { name: this.statementName(name) } : {};
-      const result = await client.query({ text: sql, values: params, ...named });
-      return { rows: result.rows, affected: result.rowCount ?? 0 };
+      const statements = !runner && options.write ? [{ text: BEGIN_READ_COMMITTED }, statement, { text: 'COMMIT' }] : [statement];
+      const results = await this.exchange(client, statements, source, runner);
+      const answered = answerOf(results[statements.indexOf(statement)]);
+      answerOf(results[statements.length - 1]);
+      return { rows: answered.rows, affected: answered.rowCount ?? 0 };
     } catch (error) {
       failure = error;
-      source.logger.logQueryError(error as Error, sql, params, runner);
-      throw redactQueryError(error, params);
+      throw error;
     } finally {
       // A connection that failed is dropped from the pool rather than handed to the next caller.
       release?.(failure !== undefined && this.isUnavailableError(failure) ? failure : undefined);
     }
   }
 
+  /** A connection of `source`'s pool, and how to give it back (with the error that killed it, to drop it). */
+  private async connection(source: DataSource): Promise<[PgClient, (error?: unknown) => void]> {
+    return (await (source.driver as unknown as PgDriver).obtainMasterConnection()) as [PgClient, (error?: unknown) => void];
+  }
+
   /** One name per statement text, so stores of different tables never collide on a connection. */
-  private statementName(name: 'claim' | 'complete'): string {
+  private statementName(name: 'claim' | 'claim_in_transaction' | 'complete' | 'complete_or_raise'): string {
     return `nest_idem_${name}_${createHash('sha1').update(this.table).digest('hex').slice(0, 12)}`;
   }
 }

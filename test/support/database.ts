@@ -45,8 +45,22 @@ async function forgetPartman(client: pg.Client, schema: string): Promise<void> {
 /** Counts the SQL statements a data source sends (the round trips of a path). */
 export class QueryCounter implements TypeOrmLogger {
   queries: string[] = [];
+  /**
+   * The same statements grouped by round trip: a pipeline's statements are all logged in one turn of the event loop,
+   * before it is sent, while the next round trip starts only after an answer came back over the socket (a later
+   * turn). Meaningful while one request at a time runs.
+   */
+  roundTrips: string[][] = [];
+  private turnOpen = false;
   logQuery(query: string): void {
-    this.queries.push(query.replace(/\s+/g, ' ').trim());
+    const text = query.replace(/\s+/g, ' ').trim();
+    this.queries.push(text);
+    if (!this.turnOpen) {
+      this.turnOpen = true;
+      this.roundTrips.push([]);
+      setImmediate(() => (this.turnOpen = false));
+    }
+    this.roundTrips[this.roundTrips.length - 1].push(text);
   }
   logQueryError(): void {}
   logQuerySlow(): void {}
@@ -55,6 +69,7 @@ export class QueryCounter implements TypeOrmLogger {
   log(): void {}
   reset(): void {
     this.queries = [];
+    this.roundTrips = [];
   }
 }
 

@@ -1,5 +1,12 @@
 import { quoteTableName } from '../identifiers.js';
-import { CLAIM_FUNCTION_SIGNATURE, completionFunctions, keyStoreFunction } from '../key-store.sql.js';
+import {
+  CLAIM_FUNCTION_SIGNATURE,
+  HELD_ELSEWHERE,
+  TAKE_KEY_LOCK_IN_TRANSACTION,
+  completionFunctions,
+  keyLock,
+  keyStoreFunction,
+} from '../key-store.sql.js';
 import { KEY_TABLE_COLUMN_DEFINITIONS } from '../sql.js';
 import { sqlMarker } from '../redacting-logger.js';
 
@@ -87,9 +94,6 @@ export function partitionedFunction(quotedTable: string, name: PartitionedFuncti
 /** Marks the claim function of a partitioned table, so the start-up check can tell it from the plain table's. */
 export const PARTITIONED_CLAIM_MARKER = 'nest-idempotency-pg: claim of a partitioned key table';
 
-/** SQLSTATE of a partitioned claim that would write outside READ COMMITTED (feature_not_supported). */
-export const PARTITIONED_ISOLATION_SQLSTATE = '0A000';
-
 /**
  * The DDL of the partitioned key table: the parent, the retention index, the
  * functions (claim, completion, partition upkeep and retirement), and the
@@ -122,37 +126,33 @@ export function createPartitionedTableStatements(tableName: string, layout: Part
  * See the top of this file for why one execution per key holds across
  * partitions.
  *
- * The lock is tried first without waiting: free (no other claim of the key
- * is running, the common case), the claim reads once under it. Taken, the
- * claim reads without it, as the plain table's claim reads before it locks:
- * a live completed row, a valid lease or another fingerprint is an answer no
- * concurrent claim can change (a replay, a 409, a 422 never wait); only a
- * claim that must write waits for the lock, then reads again.
+ * In claim mode `separate` (`p_lock_timeout_ms` null) the lock is tried
+ * without waiting: free (no other claim of the key is running, the common
+ * case), the claim reads once under it. Taken, the claim still reads, as the
+ * plain table's claim reads before it locks: a live completed row, a valid
+ * lease or another fingerprint is an answer no concurrent claim can change (a
+ * replay, a 409, a 422 never wait); a claim that would write answers in
+ * flight instead, since another attempt of the key (a claim, or a
+ * request-transaction attempt that has written nothing yet) holds it. In
+ * `request-transaction` mode the lock is waited for (TAKE_KEY_LOCK_IN_TRANSACTION).
  */
 function partitionedClaimFunction(tableName: string): string {
   const t = quoteTableName(tableName);
-  const restore =
-    "IF previous_lock_timeout IS NOT NULL THEN PERFORM set_config('lock_timeout', previous_lock_timeout, true); END IF;";
   return `CREATE OR REPLACE FUNCTION ${keyStoreFunction(t, 'claim')}${CLAIM_FUNCTION_SIGNATURE}
      LANGUAGE plpgsql AS $fn$
      -- ${PARTITIONED_CLAIM_MARKER}
      DECLARE
        r ${t}%ROWTYPE;
        v_current boolean;
-       -- One lock per (tenant, key): chained hashes, so no two pairs are joined into one string.
-       v_lock bigint := hashtextextended(p_key, hashtextextended(p_tenant, ${hashSeed(tableName)}));
-       locked boolean := false;
-       previous_lock_timeout text;
+       v_lock bigint := ${keyLock(tableName)};
+       v_lock_timeout text := current_setting('lock_timeout');
+       v_waited boolean := false;
+       locked boolean := true;
      BEGIN
-       IF p_lock_timeout_ms IS NOT NULL THEN
-         -- As SET LOCAL, for the claim's own statements only (request-transaction mode): the key's lock is
-         -- waited for at most this long; the previous value is put back before returning.
-         previous_lock_timeout := current_setting('lock_timeout');
-         PERFORM set_config('lock_timeout', greatest(1, ceil(p_lock_timeout_ms))::bigint || 'ms', true);
-       END IF;
-       IF current_setting('transaction_isolation') = 'read committed' THEN
-         -- Uncontended (the common case: a new key, a replay), the lock is free: take it now and read once.
+       IF p_lock_timeout_ms IS NULL THEN
          locked := pg_try_advisory_xact_lock(v_lock);
+       ELSE
+         ${TAKE_KEY_LOCK_IN_TRANSACTION}
        END IF;
        FOR i IN 1..4 LOOP
          -- The key's row that is not inert, in whichever partition: there is at most one (inert rows, of earlier
@@ -167,34 +167,21 @@ function partitionedClaimFunction(tableName: string): string {
              RETURN QUERY SELECT CASE WHEN r.fingerprint = p_fingerprint THEN 'in_flight' ELSE 'mismatch' END, r.attempt,
                NULL::text, greatest(1, ceil(extract(epoch FROM (r.lease_expires_at - now()))))::integer,
                NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
-             ${restore}
              RETURN;
            ELSIF r.expires_at > now() AND r.fingerprint <> p_fingerprint THEN
              RETURN QUERY SELECT 'mismatch'::text, r.attempt, NULL::text, NULL::integer,
                NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
-             ${restore}
              RETURN;
            ELSIF r.expires_at > now() AND r.status = 'completed' THEN
              RETURN QUERY SELECT 'completed'::text, r.attempt, NULL::text, NULL::integer,
                r.response_status, r.response_headers, r.response_body, NULL::text, NULL::text;
-             ${restore}
              RETURN;
            END IF;
          END IF;
          IF NOT locked THEN
-           -- Under REPEATABLE READ or SERIALIZABLE the next read would still see the snapshot taken before the
-           -- lock was granted, and miss the key a claim that held it just committed.
-           IF current_setting('transaction_isolation') <> 'read committed' THEN
-             RAISE EXCEPTION 'a claim on the partitioned key table % needs READ COMMITTED, not %', ${literal(tableName)},
-               current_setting('transaction_isolation')
-               USING ERRCODE = '${PARTITIONED_ISOLATION_SQLSTATE}',
-                     HINT = 'Claim outside the transaction (claimMode ''separate'') or run it at READ COMMITTED.';
-           END IF;
-           -- Another claim of the key holds the lock: wait for it (at most lock_timeout), then read again. Held
-           -- until the claim's transaction ends, so transaction pooling (PgBouncer) keeps it.
-           PERFORM pg_advisory_xact_lock(v_lock);
-           locked := true;
-           CONTINUE;
+           -- Another attempt of the key holds its lock: it is in flight.
+           ${HELD_ELSEWHERE}
+           RETURN;
          END IF;
          IF v_current AND r.status = 'in_flight' AND r.expires_at > now() THEN
            -- Its lease lapsed, same fingerprint: take it over in place (its partition stays; a claim never moves a row).
@@ -210,7 +197,6 @@ function partitionedClaimFunction(tableName: string): string {
              RETURNING 'claimed'::text, k.attempt, k.generation::text, NULL::integer,
                        NULL::integer, NULL::jsonb, NULL::bytea, k.recovery_point, k.phase_results;
            IF FOUND THEN
-             ${restore}
              RETURN;
            END IF;
            -- Its owner renewed, completed or released it meanwhile: look again.
@@ -234,20 +220,13 @@ function partitionedClaimFunction(tableName: string): string {
                    now() + interval '1 millisecond' * p_lease_ms, now() + interval '1 millisecond' * p_ttl_ms, now())
            RETURNING 'claimed'::text, k.attempt, k.generation::text, NULL::integer,
                      NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
-         ${restore}
          RETURN;
        END LOOP;
        -- Its owner kept changing the row under us: another attempt is working on this key.
-       ${restore}
        RETURN QUERY SELECT 'in_flight'::text, NULL::integer, NULL::text, 1, NULL::integer, NULL::jsonb, NULL::bytea,
          NULL::text, NULL::text;
      END
      $fn$`;
-}
-
-/** A per-table seed for the key lock, so two key tables never make each other's claims wait. */
-function hashSeed(tableName: string): string {
-  return `hashtextextended(${literal(`nest-idempotency:key:${tableName}`)}, 0)`;
 }
 
 /**
