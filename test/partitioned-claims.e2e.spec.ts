@@ -64,19 +64,21 @@ describe('claims on the partitioned key table', () => {
     expect(await rows(key)).toHaveLength(1);
   });
 
-  it('a claim waits for an uncommitted claim of the same key, then answers what it committed', async () => {
+  it('a claim of a key whose uncommitted claim holds its lock: a separate one is in flight at once, a request-transaction one waits and answers what committed', async () => {
     const key = fresh();
     const first = claimRequest(key);
     // request-transaction mode: the claim is a statement of a transaction that stays open (and holds the key's lock).
     const begun = await stores[0].begin(first, 'request-transaction', 5_000);
     expect(begun.claim.state).toBe('claimed');
+    // A separate claim never waits for it (a claim connection held for a whole handler): the key is in flight.
+    expect(await stores[1].claim(claimRequest(key))).toMatchObject({ state: 'in-flight' });
     let settled = false;
-    const second = stores[1].claim(claimRequest(key)).finally(() => (settled = true));
+    const second = stores[1].begin(claimRequest(key), 'request-transaction', 5_000).finally(() => (settled = true));
     await sleep(300);
-    // It waits (on the plain table, for the row lock; here, for the key's lock): its own row would not conflict.
+    // It waits for the key's lock: its own row would not conflict.
     expect(settled).toBe(false);
     expect(await begun.attempt!.commit(response('first'), 3_600_000)).toBe(true);
-    const answer = await second;
+    const answer = (await second).claim;
     expect(answer).toMatchObject({ state: 'completed', response: { status: 201 } });
     expect(answer.state === 'completed' && answer.response.body?.toString()).toBe('first');
     expect(await rows(key)).toHaveLength(1);
@@ -185,23 +187,23 @@ describe('claims on the partitioned key table', () => {
     expect(replay.state === 'completed' && replay.response.body?.toString()).toBe('new');
   });
 
-  it('a claim that would write refuses to run under REPEATABLE READ, where it could miss a key just committed', async () => {
+  it('under REPEATABLE READ a claim whose snapshot predates a commit of its key answers retry, never claimed', async () => {
     const key = fresh();
     const client = await sqlClient(schema);
     try {
       await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
-      await expect(
-        client.query(`SELECT * FROM idempotency_keys_claim($1, $2, 'fp', $3, 30000, 3600000, NULL)`, [
-          'tenant-a',
-          key,
-          randomUUID(),
-        ]),
-      ).rejects.toMatchObject({ code: '0A000' });
+      // The transaction's snapshot is taken here, before the key is claimed and completed elsewhere.
+      await client.query('SELECT 1');
+      const other = claimRequest(key);
+      expect((await stores[0].claim(other)).state).toBe('claimed');
+      expect(await stores[0].complete(other, response('other'), 3_600_000)).toBe(true);
+      const { rows: stale } = await client.query(
+        `SELECT state FROM idempotency_keys_claim($1, $2, 'fp', $3, 30000, 3600000, 1000)`,
+        ['tenant-a', key, randomUUID()],
+      );
+      expect(stale).toEqual([{ state: 'retry' }]);
       await client.query('ROLLBACK');
-      // A replay writes nothing and needs no lock: it answers at any isolation level.
-      const done = claimRequest(key);
-      await stores[0].claim(done);
-      await stores[0].complete(done, response('done'), 3_600_000);
+      // With a snapshot taken after the commit, the same claim replays it: it answers at any isolation level.
       await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
       const { rows: answer } = await client.query(
         `SELECT state FROM idempotency_keys_claim($1, $2, 'fp', $3, 30000, 3600000, NULL)`,

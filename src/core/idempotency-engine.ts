@@ -29,10 +29,12 @@ export type { ClaimMode } from './idempotency-store.js';
  * What to do with the claim when the work throws (see "Handler outcomes" in the README).
  * - `store`: a definite outcome; the work's writes roll back and `response`
  *   is stored and replayed like a success.
- * - `release`: nothing took effect; delete the claim so a retry runs at once.
+ * - `release`: nothing took effect; give the claim back so a retry runs at once
+ *   (`forget`: delete it whatever it carries; see `IdempotencyStore.release`).
  * - `keep`: unknown outcome; leave the claim in flight until its lease ends.
  */
-export type FailureDecision = { action: 'store'; response: StoredResponse } | { action: 'release' } | { action: 'keep' };
+export type FailureDecision =
+  { action: 'store'; response: StoredResponse } | { action: 'release'; forget?: boolean } | { action: 'keep' };
 
 /** What identifies one idempotent unit of work, and how long it may hold and keep its key. */
 export interface WorkScope {
@@ -331,7 +333,7 @@ export class IdempotencyEngine<Tx> {
       // The claim rolled back with the work: the key is free again either way.
       if (trace) trace.failure = 'released';
     } else if (decision.action === 'release' && !hasProgress) {
-      await this.guard(() => this.store.release(held.ref), claimed);
+      await this.guard(() => this.store.release(held.ref, decision.forget), claimed);
       if (trace) trace.failure = 'released';
     } else if (trace) trace.failure = 'kept';
     throw error;

@@ -266,8 +266,16 @@ export abstract class IdempotencyStore<Tx = unknown> {
    */
   abstract recordPhase(ref: ClaimRef, phases: PhaseState, leaseMs: number, tx?: Tx): Promise<boolean>;
 
-  /** Deletes the claim if `ref.ownerToken` still owns it and it is in flight. */
-  abstract release(ref: ClaimRef): Promise<boolean>;
+  /**
+   * Gives the claim back if `ref.ownerToken` still owns it and it is in
+   * flight: the work never ran, or was rejected before it started. A first
+   * attempt's claim is deleted, so a retry runs at once, even with another
+   * request; a takeover's keeps the key's history (generation, attempts,
+   * recovery points) with its lease ended, so the next retry takes it over at
+   * once. With `forget`, the claim is deleted whatever it carries (a poison
+   * message dead-lettered: a redrive is a new use of its key).
+   */
+  abstract release(ref: ClaimRef, forget?: boolean): Promise<boolean>;
 
   /** Deletes expired records in bounded batches; at most one process sweeps at a time. */
   abstract sweep(options: SweepOptions): Promise<SweepResult>;

@@ -170,7 +170,7 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
           // A poison message is dead-lettered; its key goes, so a redrive after a fix starts with a fresh count.
           readFailure: async (error) =>
             error instanceof PoisonMessageError
-              ? { action: 'release' }
+              ? { action: 'release', forget: true }
               : {
                   definite: await this.isDefinite(error),
                   response: async () => encodeOutcome({ error: await this.rpcPayload(error) }, 400),

@@ -73,6 +73,9 @@ export function keyStoreStatements(t: string) {
         RETURNING 1
       )
       SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM ended) AS released`,
+    // A claim deleted whatever it carries: a poison message dead-lettered (a redrive is a new use of its key).
+    forget: `${sqlMarker('release')}
+      DELETE FROM ${t} WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'`,
     // An operator's release (the board): the attempt holding owner token $2 loses its lease now and is fenced
     // by a new token, as by a takeover, so the next claim takes the key over (its attempt counted) and the
     // attempt, if it still runs, loses its heartbeat and its completion. Answers the key.
@@ -267,29 +270,14 @@ export const HELD_ELSEWHERE = `RETURN QUERY SELECT 'in_flight'::text, NULL::inte
              greatest(1, ceil(p_lease_ms / 1000))::integer, NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;`;
 
 /**
- * The start of a claim in claim mode `request-transaction` (plpgsql
- * statements; the function declares `v_lock_timeout text` and `v_waited
- * boolean := false`). It takes the key's lock, held until the transaction
- * ends: at once when free (a new key, a replay), else waiting at most
- * `p_lock_timeout_ms` for the attempt that holds it.
- *
- * - A wait that times out is an ordinary 409, answered here: caught in its
- *   block, the error never reaches the server's log. (The block is a
- *   subtransaction, paid only by a claim that had to wait.)
- * - Under REPEATABLE READ or SERIALIZABLE (the data source's, or a default of
- *   the server, the database, the role or the connection) the transaction's
- *   snapshot was taken when this statement began, before the lock: it would
- *   miss what the key's previous holder committed since, and run the work a
- *   second time. The claim then answers `retry`, and the store starts the
- *   transaction again, with a snapshot taken after that commit. Without a
- *   wait, the holder can still have committed between the snapshot and the
- *   lock: the claim retries when any transaction has committed since its
- *   snapshot (one running when it was taken, or one begun after it, up to
- *   the first call of age() in this transaction, which happens after the
- *   lock).
+ * Waits for the key's lock, held by another attempt, at most
+ * `p_lock_timeout_ms` (claim mode `request-transaction`; plpgsql statements of
+ * a function that declares `v_lock bigint` and `v_lock_timeout text`, the
+ * session's lock_timeout). A wait that times out is an ordinary 409, answered
+ * here: caught in its block, the error never reaches the server's log. (The
+ * block is a subtransaction, paid only by a claim that has to wait.)
  */
-export const TAKE_KEY_LOCK_IN_TRANSACTION = `IF NOT pg_try_advisory_xact_lock(v_lock) THEN
-         BEGIN
+export const WAIT_FOR_KEY_LOCK = `BEGIN
            PERFORM set_config('lock_timeout', greatest(1, ceil(coalesce(p_lock_timeout_ms, 0)))::bigint || 'ms', true);
            PERFORM pg_advisory_xact_lock(v_lock);
          EXCEPTION WHEN lock_not_available THEN
@@ -297,22 +285,38 @@ export const TAKE_KEY_LOCK_IN_TRANSACTION = `IF NOT pg_try_advisory_xact_lock(v_
            ${HELD_ELSEWHERE}
            RETURN;
          END;
-         PERFORM set_config('lock_timeout', v_lock_timeout, true);
-         v_waited := true;
-       END IF;
-       IF current_setting('transaction_isolation') <> 'read committed' THEN
-         IF v_waited OR EXISTS (
+         PERFORM set_config('lock_timeout', v_lock_timeout, true);`;
+
+/**
+ * Under REPEATABLE READ or SERIALIZABLE (the data source's, or a default of
+ * the server, the database, the role or the connection) a request-transaction
+ * claim's snapshot was taken when its statement began, before it held the
+ * key's lock: it would miss what the key's previous holder committed since,
+ * and run the work a second time. Such a claim answers `retry`, and the store
+ * starts the transaction again, with a snapshot taken after that commit (whose
+ * answer, a replay, the claim then reads without the lock). After a wait the
+ * holder has just committed, or given up; taken at once, the holder can still
+ * have committed between the snapshot and the lock: the claim retries when
+ * any transaction has committed since its snapshot (one running when it was
+ * taken, or one begun after it and before the first call of age() in this
+ * transaction, which comes after the lock).
+ *
+ * @param waited the lock was waited for
+ */
+export function retryStaleSnapshot(waited: boolean): string {
+  const committedSince = `EXISTS (
               SELECT 1 FROM pg_snapshot_xip(pg_current_snapshot()) AS x(id) WHERE pg_xact_status(x.id) = 'committed')
             OR EXISTS (
               SELECT 1
                 FROM (SELECT pg_snapshot_xmax(pg_current_snapshot()) AS xmax) AS s,
                      generate_series(0, age(s.xmax::text::xid) - 1) AS n
-               WHERE pg_xact_status((s.xmax::text::bigint + n)::text::xid8) = 'committed') THEN
+               WHERE pg_xact_status((s.xmax::text::bigint + n)::text::xid8) = 'committed')`;
+  return `IF current_setting('transaction_isolation') <> 'read committed' ${waited ? '' : `AND (${committedSince})`} THEN
            RETURN QUERY SELECT 'retry'::text, NULL::integer, NULL::text, NULL::integer, NULL::integer, NULL::jsonb,
              NULL::bytea, NULL::text, NULL::text;
            RETURN;
-         END IF;
-       END IF;`;
+         END IF;`;
+}
 
 /**
  * The completion functions: a fenced UPDATE by tenant, key and owner token,
@@ -336,39 +340,50 @@ export function completionFunctions(tableName: string): string[] {
      END
      $fn$`,
     // request-transaction mode: nobody needs to see an in-flight row that only this transaction could ever commit,
-    // so a new key is written once, completed, by complete_in_transaction. The claim serialises on the key's lock
-    // (see TAKE_KEY_LOCK_IN_TRANSACTION), then answers from the committed row, read after the lock was granted.
-    // An in-flight row whose lease lapsed (whatever its TTL) is taken over in place at once, by the ordinary claim,
-    // so that its old owner's completion is fenced from this moment on. A claim of the other mode writes only
-    // under the same lock, so it never starts while this one runs.
+    // so a new key is written once, completed, by complete_in_transaction. The claim reads first: a replay, a 409
+    // for an attempt of the other mode, a 422 take no lock. To claim, it takes the key's lock (waiting for an attempt
+    // that holds it: see WAIT_FOR_KEY_LOCK, retryStaleSnapshot), then decides on the row as read under the lock. An
+    // in-flight row whose lease lapsed (whatever its TTL) is taken over in place at once, by the ordinary claim, so
+    // that its old owner's completion is fenced from this moment on. A claim of the other mode writes only under
+    // the same lock, so it never starts while this one runs.
     `CREATE OR REPLACE FUNCTION ${fn(t, 'claim_in_transaction')}${CLAIM_FUNCTION_SIGNATURE}
      LANGUAGE plpgsql AS $fn$
      DECLARE
        r ${t}%ROWTYPE;
+       v_found boolean;
        v_lock bigint := ${keyLock(tableName)};
        v_lock_timeout text := current_setting('lock_timeout');
-       v_waited boolean := false;
      BEGIN
-       ${TAKE_KEY_LOCK_IN_TRANSACTION}
-       SELECT * INTO r FROM ${t} k WHERE k.tenant_id = p_tenant AND k.key = p_key;
-       IF FOUND AND r.status = 'in_flight' THEN
-         IF r.lease_expires_at > now() THEN
+       FOR i IN 1..2 LOOP
+         SELECT * INTO r FROM ${t} k WHERE k.tenant_id = p_tenant AND k.key = p_key;
+         v_found := FOUND;
+         IF v_found AND r.status = 'in_flight' AND r.lease_expires_at > now() THEN
            RETURN QUERY SELECT CASE WHEN r.fingerprint = p_fingerprint THEN 'in_flight' ELSE 'mismatch' END, r.attempt,
              NULL::text, greatest(1, ceil(extract(epoch FROM (r.lease_expires_at - now()))))::integer,
              NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
-         ELSE
-           -- Its lease lapsed: taken over in place (or claimed anew when its TTL ended too), as the ordinary claim does.
-           RETURN QUERY SELECT * FROM ${fn(t, 'claim')}(p_tenant, p_key, p_fingerprint, p_owner, p_lease_ms, p_ttl_ms, NULL);
+           RETURN;
+         ELSIF v_found AND r.status = 'completed' AND r.expires_at > now() THEN
+           IF r.fingerprint <> p_fingerprint THEN
+             RETURN QUERY SELECT 'mismatch'::text, r.attempt, NULL::text, NULL::integer,
+               NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
+           ELSE
+             RETURN QUERY SELECT 'completed'::text, r.attempt, NULL::text, NULL::integer,
+               r.response_status, r.response_headers, r.response_body, NULL::text, NULL::text;
+           END IF;
+           RETURN;
          END IF;
-         RETURN;
-       ELSIF FOUND AND r.expires_at > now() THEN
-         IF r.fingerprint <> p_fingerprint THEN
-           RETURN QUERY SELECT 'mismatch'::text, r.attempt, NULL::text, NULL::integer,
-             NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
-         ELSE
-           RETURN QUERY SELECT 'completed'::text, r.attempt, NULL::text, NULL::integer,
-             r.response_status, r.response_headers, r.response_body, NULL::text, NULL::text;
+         EXIT WHEN i = 2;
+         IF pg_try_advisory_xact_lock(v_lock) THEN
+           ${retryStaleSnapshot(false)}
+           EXIT;
          END IF;
+         ${WAIT_FOR_KEY_LOCK}
+         ${retryStaleSnapshot(true)}
+         -- READ COMMITTED: the next statement reads what the holder committed.
+       END LOOP;
+       IF v_found AND r.status = 'in_flight' THEN
+         -- Its lease lapsed: taken over in place (or claimed anew when its TTL ended too), as the ordinary claim does.
+         RETURN QUERY SELECT * FROM ${fn(t, 'claim')}(p_tenant, p_key, p_fingerprint, p_owner, p_lease_ms, p_ttl_ms, NULL);
          RETURN;
        END IF;
        -- Absent, or completed and expired: this attempt's, with nothing written until its completion.

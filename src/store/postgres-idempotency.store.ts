@@ -48,7 +48,7 @@ const BEGIN_READ_COMMITTED = 'BEGIN ISOLATION LEVEL READ COMMITTED';
 /** A request-transaction claim whose snapshot predates the key's last commit: the transaction starts again. */
 const STALE_SNAPSHOT = Symbol('stale snapshot');
 
-/** How often `begin` starts a request-transaction attempt again for a stale snapshot before answering 409. */
+/** How often `begin` starts a request-transaction attempt again for a stale snapshot, at least, before answering 409. */
 const STALE_SNAPSHOT_TRIES = 5;
 
 function sqlState(error: unknown): unknown {
@@ -367,11 +367,13 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
    * transaction, so the server connection stays with this client.
    */
   override async begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs = 0): Promise<Begun<EntityManager>> {
+    // A stale snapshot means the key's lock was waited for, or a commit landed as the transaction began: start again,
+    // waiting for the key no longer in all than the caller allows, and a few times at least.
+    const deadline = Date.now() + lockTimeoutMs;
     for (let tries = 1; ; tries++) {
-      const begun = await this.beginOnce(request, mode, lockTimeoutMs);
+      const begun = await this.beginOnce(request, mode, Math.max(0, deadline - Date.now()));
       if (begun !== STALE_SNAPSHOT) return begun;
-      // Each try waited for a commit of this key, or saw one land as it began: the key is busy; let the client retry.
-      if (tries === STALE_SNAPSHOT_TRIES) return { claim: { state: 'in-flight', retryAfterSeconds: 1 } };
+      if (tries >= STALE_SNAPSHOT_TRIES && Date.now() >= deadline) return { claim: { state: 'in-flight', retryAfterSeconds: 1 } };
     }
   }
 
@@ -743,8 +745,10 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
    * started): a fresh claim is deleted, a takeover's lease ends with its
    * history kept (see the `release` statement).
    */
-  async release(ref: ClaimRef): Promise<boolean> {
-    const { rows } = await this.run(this.sql.release, [ref.tenant, ref.key, ref.ownerToken], { write: true });
+  async release(ref: ClaimRef, forget = false): Promise<boolean> {
+    const params = [ref.tenant, ref.key, ref.ownerToken];
+    if (forget) return (await this.run(this.sql.forget, params, { write: true })).affected === 1;
+    const { rows } = await this.run(this.sql.release, params, { write: true });
     return Number((rows as Array<{ released: string | number }>)[0]?.released ?? 0) > 0;
   }
 

@@ -2,7 +2,8 @@ import { quoteTableName } from '../identifiers.js';
 import {
   CLAIM_FUNCTION_SIGNATURE,
   HELD_ELSEWHERE,
-  TAKE_KEY_LOCK_IN_TRANSACTION,
+  WAIT_FOR_KEY_LOCK,
+  retryStaleSnapshot,
   completionFunctions,
   keyLock,
   keyStoreFunction,
@@ -134,7 +135,7 @@ export function createPartitionedTableStatements(tableName: string, layout: Part
  * replay, a 409, a 422 never wait); a claim that would write answers in
  * flight instead, since another attempt of the key (a claim, or a
  * request-transaction attempt that has written nothing yet) holds it. In
- * `request-transaction` mode the lock is waited for (TAKE_KEY_LOCK_IN_TRANSACTION).
+ * `request-transaction` mode the lock is waited for (WAIT_FOR_KEY_LOCK, retryStaleSnapshot).
  */
 function partitionedClaimFunction(tableName: string): string {
   const t = quoteTableName(tableName);
@@ -146,13 +147,12 @@ function partitionedClaimFunction(tableName: string): string {
        v_current boolean;
        v_lock bigint := ${keyLock(tableName)};
        v_lock_timeout text := current_setting('lock_timeout');
-       v_waited boolean := false;
-       locked boolean := true;
+       locked boolean;
      BEGIN
-       IF p_lock_timeout_ms IS NULL THEN
-         locked := pg_try_advisory_xact_lock(v_lock);
-       ELSE
-         ${TAKE_KEY_LOCK_IN_TRANSACTION}
+       -- Uncontended (the common case: a new key, a replay), the lock is free: taken now, the claim reads once.
+       locked := pg_try_advisory_xact_lock(v_lock);
+       IF locked THEN
+         ${retryStaleSnapshot(false)}
        END IF;
        FOR i IN 1..4 LOOP
          -- The key's row that is not inert, in whichever partition: there is at most one (inert rows, of earlier
@@ -179,9 +179,17 @@ function partitionedClaimFunction(tableName: string): string {
            END IF;
          END IF;
          IF NOT locked THEN
-           -- Another attempt of the key holds its lock: it is in flight.
-           ${HELD_ELSEWHERE}
-           RETURN;
+           -- Another attempt of the key holds its lock (a claim, or a request-transaction attempt that has written
+           -- nothing yet). A separate claim answers in flight; a request-transaction claim waits for it, then reads
+           -- again what it committed.
+           IF p_lock_timeout_ms IS NULL THEN
+             ${HELD_ELSEWHERE}
+             RETURN;
+           END IF;
+           ${WAIT_FOR_KEY_LOCK}
+           ${retryStaleSnapshot(true)}
+           locked := true;
+           CONTINUE;
          END IF;
          IF v_current AND r.status = 'in_flight' AND r.expires_at > now() THEN
            -- Its lease lapsed, same fingerprint: take it over in place (its partition stays; a claim never moves a row).

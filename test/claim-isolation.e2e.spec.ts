@@ -1,0 +1,146 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import pg from 'pg';
+import type { DataSource, EntityManager } from 'typeorm';
+import { IdempotencyEngine, type ClaimMode } from '../src/core/idempotency-engine.js';
+import { PostgresIdempotencyStore } from '../src/store/postgres-idempotency.store.js';
+import { createTableStatements } from '../src/store/sql.js';
+import {
+  createPartitionedTableStatements,
+  DEFAULT_PARTITION_LAYOUT,
+} from '../src/store/partitioned/partitioned-key-table.sql.js';
+import { databaseUrl, openDataSource } from './support/database.js';
+import { sleep } from './support/http.js';
+
+/**
+ * A stricter isolation level than PostgreSQL's READ COMMITTED, set where many teams set it: as the database's
+ * default (`ALTER DATABASE ... SET default_transaction_isolation`), in the connection's options, or on the data
+ * source. Whatever sets it, concurrent duplicates reaching several instances (each its own engine, store and pool,
+ * so none is answered from another's memory) run the handler once, and every other one replays it: no second run,
+ * no serialization failure answered as an error. Each case runs on a database of its own.
+ */
+const SETTINGS = [
+  { name: 'the database defaults to REPEATABLE READ', database: 'repeatable read' },
+  { name: 'the database defaults to SERIALIZABLE', database: 'serializable' },
+  { name: "the connection's options set REPEATABLE READ", options: '-c default_transaction_isolation=repeatable\\ read' },
+  { name: 'the data source sets REPEATABLE READ', isolationLevel: 'REPEATABLE READ' },
+] as const;
+
+const INSTANCES = 3;
+const DUPLICATES = 10;
+
+describe.each(['plain', 'partitioned'] as const)('the %s key table', (table) => {
+  describe.each(SETTINGS)('when $name', (setting) => {
+    const database = `iso_${table}_${setting.name.replace(/[^a-z]+/gi, '_').toLowerCase()}`.slice(0, 60);
+    const url = Object.assign(new URL(databaseUrl()), { pathname: `/${database}` }).toString();
+    let sources: DataSource[] = [];
+    let engines: Array<IdempotencyEngine<EntityManager>> = [];
+    const started = new Map<string, number>();
+    let n = 0;
+
+    beforeAll(async () => {
+      const admin = new pg.Client({ connectionString: databaseUrl() });
+      await admin.connect();
+      try {
+        await admin.query(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
+        await admin.query(`CREATE DATABASE "${database}"`);
+        if ('database' in setting) {
+          await admin.query(`ALTER DATABASE "${database}" SET default_transaction_isolation = '${setting.database}'`);
+        }
+      } finally {
+        await admin.end();
+      }
+      const ddl = new pg.Client({ connectionString: url });
+      await ddl.connect();
+      try {
+        const statements =
+          table === 'partitioned'
+            ? createPartitionedTableStatements('idempotency_keys', { ...DEFAULT_PARTITION_LAYOUT, partman: false })
+            : createTableStatements('idempotency_keys');
+        for (const statement of statements) await ddl.query(statement);
+        await ddl.query('CREATE TABLE effects (id bigserial PRIMARY KEY, label text NOT NULL)');
+        // The setting is really in force for a plain connection of this database (a test that cannot fail otherwise).
+        if ('database' in setting) {
+          const { rows } = await ddl.query('SHOW transaction_isolation');
+          expect(rows[0].transaction_isolation).toBe(setting.database);
+        }
+      } finally {
+        await ddl.end();
+      }
+      for (let i = 0; i < INSTANCES; i++) {
+        const source = await openDataSource({
+          type: 'postgres',
+          url,
+          extra: { max: 8, connectionTimeoutMillis: 5_000, ...('options' in setting ? { options: setting.options } : {}) },
+          ...('isolationLevel' in setting ? { isolationLevel: setting.isolationLevel } : {}),
+        } as never);
+        sources.push(source);
+        engines.push(
+          new IdempotencyEngine(
+            new PostgresIdempotencyStore(source, 'idempotency_keys', { partitioned: table === 'partitioned' }),
+          ),
+        );
+      }
+    });
+
+    afterAll(async () => {
+      await Promise.all(sources.map((source) => source.destroy()));
+      sources = [];
+      engines = [];
+      const admin = new pg.Client({ connectionString: databaseUrl() });
+      await admin.connect();
+      await admin.query(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
+      await admin.end();
+    });
+
+    const work = (key: string, claimMode: ClaimMode) => ({
+      tenant: 't',
+      key,
+      fingerprint: 'same',
+      leaseMs: 30_000,
+      ttlMs: 60_000,
+      claimMode,
+      // Long enough for every duplicate to see the first attempt's answer.
+      waitMs: 10_000,
+      heartbeat: false,
+      onFailure: () => ({ action: 'keep' as const }),
+      run: async (tx: EntityManager) => {
+        started.set(key, (started.get(key) ?? 0) + 1);
+        const [{ level }] = (await tx.query("SELECT current_setting('transaction_isolation') AS level")) as Array<{
+          level: string;
+        }>;
+        await tx.query('INSERT INTO effects (label) VALUES ($1)', [key]);
+        await sleep(150);
+        return { response: { status: 201, headers: [], body: Buffer.from(level) }, result: level };
+      },
+    });
+
+    it.each(['separate', 'request-transaction'] as const)(
+      'claim mode %s: concurrent duplicates on several instances run the handler once; the others replay it',
+      async (claimMode) => {
+        for (let burst = 0; burst < 3; burst++) {
+          const key = `${claimMode}-${++n}`;
+          const outcomes = await Promise.allSettled(
+            Array.from({ length: DUPLICATES }, (_, i) => engines[i % INSTANCES].execute(work(key, claimMode))),
+          );
+          const kinds = outcomes.map((o) =>
+            o.status === 'fulfilled' ? o.value.kind : `${(o.reason as Error).name}: ${(o.reason as Error).message}`,
+          );
+          expect(kinds.filter((kind) => kind === 'executed')).toHaveLength(1);
+          expect(kinds.filter((kind) => kind !== 'executed' && kind !== 'replayed')).toEqual([]);
+          expect(started.get(key)).toBe(1);
+          const client = new pg.Client({ connectionString: url });
+          await client.connect();
+          const { rows } = await client.query('SELECT count(*)::int AS count FROM effects WHERE label = $1', [key]);
+          await client.end();
+          expect(rows[0].count).toBe(1);
+          // The work ran at the isolation level the app chose: the module changes only its own statements'.
+          const executed = outcomes.find((o) => o.status === 'fulfilled' && o.value.kind === 'executed');
+          const level = (
+            executed as PromiseFulfilledResult<{ response: { body: Buffer | null } }>
+          ).value.response.body?.toString();
+          expect(level).toBe('database' in setting ? setting.database : 'repeatable read');
+        }
+      },
+    );
+  });
+});
