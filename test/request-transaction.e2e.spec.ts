@@ -113,7 +113,8 @@ describe('request-transaction claims under races', () => {
     const key = `race-${++n}`;
     const slow = engines[0].execute({ ...work(key, 'separate', 1_200), leaseMs: 300, ttlMs: 300 });
     await sleep(600);
-    const retry = await engines[1].execute(work(key, 'request-transaction', 0));
+    // The retry is still running when the hung attempt tries to complete (at about 1.2 s).
+    const retry = await engines[1].execute(work(key, 'request-transaction', 1_000));
     expect(retry.kind).toBe('executed');
     // The hung attempt's completion finds the key taken: its work is thrown away, not the retry's.
     await expect(slow).rejects.toBeInstanceOf(LeaseLostError);

@@ -55,15 +55,9 @@ function sqlState(error: unknown): unknown {
   return (error as { code?: unknown } | undefined)?.code;
 }
 
-/**
- * Whether a fenced statement of the module failed because the key is no
- * longer this attempt's: its fence raised, or (under REPEATABLE READ or
- * SERIALIZABLE) the row changed after the work's snapshot, which only another
- * attempt's claim, an operator's release or the sweeper does.
- */
+/** Whether a fenced statement of the module failed because the key is no longer this attempt's. */
 function isFenceLost(error: unknown): boolean {
-  const code = sqlState(error);
-  return code === FENCE_LOST_SQLSTATE || code === SERIALIZATION_FAILURE;
+  return sqlState(error) === FENCE_LOST_SQLSTATE;
 }
 
 /** The statement's answer; its error, thrown, when it failed. */
