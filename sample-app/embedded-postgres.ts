@@ -21,6 +21,11 @@ const PASSWORD = 'postgres';
  *   app does; tests start from scratch and delete it).
  * @param options.port listen on this port rather than a free one, e.g. to
  *   restart a stopped server on its data directory where its clients expect it.
+ * @param options.log where the package's own errors go.
+ * @param options.settings extra server settings (`-c name=value`), e.g. a
+ *   test's `wal_writer_delay`.
+ * @param options.serverLog receives the server's own log (its stderr), as
+ *   written; by default it is dropped.
  */
 export async function startEmbeddedPostgres(options: {
   dataDir: string;
@@ -28,6 +33,8 @@ export async function startEmbeddedPostgres(options: {
   persistent: boolean;
   port?: number;
   log?: (line: string) => void;
+  settings?: Record<string, string>;
+  serverLog?: (text: string) => void;
 }): Promise<EmbeddedDatabase> {
   const port = options.port ?? (await freePort());
   const server = new EmbeddedPostgres({
@@ -39,8 +46,12 @@ export async function startEmbeddedPostgres(options: {
     persistent: options.persistent,
     // The binaries refuse to run as root; the package then runs them as a `postgres` system user.
     createPostgresUser: process.getuid?.() === 0,
-    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=200', '-c', 'fsync=off'],
-    onLog: () => undefined,
+    postgresFlags: [
+      ...['-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=200', '-c', 'fsync=off'],
+      ...Object.entries(options.settings ?? {}).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
+    ],
+    // The package also passes initdb's output here; the server's log is the rest.
+    onLog: options.serverLog ?? (() => undefined),
     onError: (message) => options.log?.(String(message)),
   });
   if (!existsSync(join(options.dataDir, 'PG_VERSION'))) {
