@@ -245,7 +245,7 @@ class HandWrittenIdempotency {
     private readonly pool: pg.Pool,
     private readonly counter: RoundTripCounter,
   ) {
-    const statements = keyStoreStatements(quoteTableName(KEY_TABLE));
+    const statements = keyStoreStatements(quoteTableName(KEY_TABLE), KEY_TABLE);
     this.claimSql = expectParameters(statements.claim, 7, 'claim');
     this.completeSql = expectParameters(statements.complete, 7, 'complete');
     this.completeOrRaiseSql = expectParameters(statements.completeOrRaise, 7, 'completeOrRaise');

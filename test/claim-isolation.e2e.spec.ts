@@ -114,6 +114,58 @@ describe.each(['plain', 'partitioned'] as const)('the %s key table', (table) => 
       },
     });
 
+    it('claim mode separate: a handler that outlives its lease keeps its key (heartbeat) and completes', async () => {
+      const key = `long-${++n}`;
+      const long = engines[0].execute({
+        ...work(key, 'separate'),
+        leaseMs: 600,
+        heartbeat: true,
+        run: async (tx: EntityManager) => {
+          started.set(key, (started.get(key) ?? 0) + 1);
+          await tx.query('INSERT INTO effects (label) VALUES ($1)', [key]);
+          await sleep(1_500);
+          return { response: { status: 201, headers: [], body: Buffer.from('long') }, result: 'long' };
+        },
+      });
+      long.catch(() => undefined);
+      // Past the first lease: another instance's duplicate finds the key still held, and does not run.
+      await sleep(900);
+      await expect(engines[1].execute({ ...work(key, 'separate'), leaseMs: 600, waitMs: 0 })).rejects.toMatchObject({
+        name: 'KeyInFlightError',
+      });
+      await expect(long).resolves.toMatchObject({ kind: 'executed' });
+      expect(started.get(key)).toBe(1);
+      await expect(engines[2].execute({ ...work(key, 'separate'), leaseMs: 600 })).resolves.toMatchObject({ kind: 'replayed' });
+    });
+
+    it('claim mode separate: a hung handler gives its key up at maxHold, and a retry on another instance runs', async () => {
+      const key = `hung-${++n}`;
+      const hung = engines[0].execute({
+        ...work(key, 'separate'),
+        leaseMs: 300,
+        maxHoldMs: 600,
+        heartbeat: true,
+        run: async (tx: EntityManager) => {
+          started.set(key, (started.get(key) ?? 0) + 1);
+          await tx.query('INSERT INTO effects (label) VALUES ($1)', [key]);
+          await sleep(3_000);
+          return { response: { status: 201, headers: [], body: Buffer.from('hung') }, result: 'hung' };
+        },
+      });
+      hung.catch(() => undefined);
+      await sleep(1_000);
+      await expect(engines[1].execute({ ...work(key, 'separate'), leaseMs: 300, waitMs: 0 })).resolves.toMatchObject({
+        kind: 'executed',
+      });
+      await expect(hung).rejects.toMatchObject({ name: 'LeaseLostError' });
+      expect(started.get(key)).toBe(2);
+      const client = new pg.Client({ connectionString: url });
+      await client.connect();
+      const { rows } = await client.query('SELECT count(*)::int AS count FROM effects WHERE label = $1', [key]);
+      await client.end();
+      expect(rows[0].count).toBe(1);
+    });
+
     it.each(['separate', 'request-transaction'] as const)(
       'claim mode %s: concurrent duplicates on several instances run the handler once; the others replay it',
       async (claimMode) => {

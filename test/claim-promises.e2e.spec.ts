@@ -41,7 +41,7 @@ describe('what a claim promises', () => {
       )
     ).rows[0] as
       { status: string; attempt: number; generation: string; recovery_point: string | null; lapsed: boolean } | undefined;
-  const work = (key: string, claimMode: ClaimMode, run: (tx: EntityManager) => Promise<void> = async () => undefined) => ({
+  const work = (key: string, claimMode: ClaimMode, run: (tx: EntityManager) => Promise<unknown> = async () => undefined) => ({
     tenant: 'tenant-a',
     key,
     fingerprint: 'fp',

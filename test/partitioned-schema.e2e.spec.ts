@@ -97,7 +97,7 @@ describe.each(LAYOUTS)('the %s key table leads with the tenant', (layout, statem
 
 describe("the store's per-key statements", () => {
   it('filter by tenant first', () => {
-    const statements = keyStoreStatements('"idempotency_keys"');
+    const statements = keyStoreStatements('"idempotency_keys"', 'idempotency_keys');
     for (const name of ['renewLease', 'recordPhase', 'release'] as const) {
       expect({ name, where: /WHERE tenant_id = \$1 AND key = \$2 /.test(statements[name]) }).toEqual({ name, where: true });
     }

@@ -524,12 +524,14 @@ export class IdempotencyEngine<Tx> {
     this.local.set(id, running);
     // In request-transaction mode nobody else can see, let alone take over, an uncommitted claim: no lease to renew,
     // but the attempt still holds its key (the lock its transaction took) for at most maxHold.
+    // So does a separate attempt whose transaction holds the key's lock (see OpenAttempt.holdsKeyLock).
+    const warnOnce = once(work.onHoldExceeded);
     const stopHeartbeat =
-      claimed.mode === 'separate'
-        ? work.heartbeat
-          ? this.heartbeat(claimed.held, work)
-          : undefined
-        : this.holdLimit(claimed, work);
+      claimed.mode === 'separate' && work.heartbeat ? this.heartbeat(claimed.held, work, warnOnce) : undefined;
+    const stopHoldLimit =
+      claimed.mode === 'request-transaction' || claimed.attempt?.holdsKeyLock
+        ? this.holdLimit(claimed, work, warnOnce)
+        : undefined;
     let response: StoredResponse | undefined;
     try {
       const outcome = await run();
@@ -537,6 +539,7 @@ export class IdempotencyEngine<Tx> {
       return outcome;
     } finally {
       stopHeartbeat?.();
+      stopHoldLimit?.();
       if (this.local.get(id) === running) this.local.delete(id);
       settle(response);
     }
@@ -559,7 +562,7 @@ export class IdempotencyEngine<Tx> {
    * no longer this attempt's stops the beat; one that cannot reach the store
    * is tried again at the next beat: the lease decides.
    */
-  private heartbeat(held: Held, work: WorkScope): () => void {
+  private heartbeat(held: Held, work: WorkScope, onHoldExceeded: () => void): () => void {
     if (!this.store.renewLease) return () => undefined;
     const { leaseMs } = work;
     const holdEndsAt = held.leaseEndsAt - leaseMs + (work.maxHoldMs ?? leaseMs * 10);
@@ -568,7 +571,7 @@ export class IdempotencyEngine<Tx> {
         const sentAt = Date.now();
         if (sentAt + leaseMs > holdEndsAt) {
           clearInterval(timer);
-          work.onHoldExceeded?.();
+          onHoldExceeded();
           return;
         }
         this.store.renewLease!(held.ref, leaseMs).then(
@@ -592,12 +595,13 @@ export class IdempotencyEngine<Tx> {
   }
 
   /**
-   * Bounds a request-transaction attempt's hold on its key: at `maxHoldMs`
+   * Bounds the hold on its key of an attempt nobody can take over (request-transaction mode, or a transaction that
+   * holds the key's lock): at `maxHoldMs`
    * from the claim the store ends its transaction (rolled back, whatever the
    * work is doing), so a hung handler keeps neither its key nor its
    * connection, and the attempt answers 409 lease-lost.
    */
-  private holdLimit(claimed: Claimed<Tx>, work: WorkScope): (() => void) | undefined {
+  private holdLimit(claimed: Claimed<Tx>, work: WorkScope, onHoldExceeded: () => void): (() => void) | undefined {
     const attempt = claimed.attempt;
     if (!attempt?.abort) return undefined;
     const timer = setTimeout(
@@ -605,7 +609,7 @@ export class IdempotencyEngine<Tx> {
         claimed.holdExceeded = true;
         // This process's duplicates ask the store from now on: the key is free once the transaction has ended.
         claimed.held.leaseEndsAt = 0;
-        work.onHoldExceeded?.();
+        onHoldExceeded();
         attempt.abort!().catch(() => undefined);
       },
       work.maxHoldMs ?? work.leaseMs * 10,
@@ -647,6 +651,16 @@ function outcomeOf(error: unknown): IdempotencyOutcome {
 /** Where a key's execution is found in this process. */
 function localId(work: Pick<WorkScope, 'tenant' | 'key'>): string {
   return `${work.tenant.length}:${work.tenant}:${work.key}`;
+}
+
+/** `fn` called at most once (and nothing when absent). */
+function once(fn: (() => void) | undefined): () => void {
+  let called = false;
+  return () => {
+    if (called) return;
+    called = true;
+    fn?.();
+  };
 }
 
 function secondsUntil(at: number): number {

@@ -82,6 +82,13 @@ export interface OpenAttempt<Tx> {
    * request-transaction attempt holds its key.
    */
   abort?(): Promise<void>;
+  /**
+   * The transaction holds the key's lock, which every claim that would take
+   * the key over needs: a live attempt is never taken over, whatever its
+   * lease, so the engine ends it at `maxHold` (with `abort`) instead of
+   * letting its lease run out.
+   */
+  readonly holdsKeyLock?: boolean;
 }
 
 /** What `begin` found: the key's state, and the open attempt when the claim is this attempt's. */

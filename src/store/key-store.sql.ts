@@ -28,9 +28,12 @@ import { quoteTableName } from './identifiers.js';
  * countExpired ($1 limit).
  *
  * @param t the table name, already quoted (`quoteTableName`)
+ * @param tableName the same, as given (it seeds the key's lock: see `keyLock`)
  */
-export function keyStoreStatements(t: string) {
+export function keyStoreStatements(t: string, tableName: string) {
   return {
+    // A separate attempt's transaction holding the key's lock (see the store's holdKeyLockStatement): $1 tenant, $2 key.
+    holdKeyLock: `${sqlMarker('hold-key')} SELECT pg_try_advisory_xact_lock(${keyLock(tableName, '$1::text', '$2::text')}) AS locked`,
     // One round trip answers every cell of the state table: a short call of
     // the claim function (see keyStoreFunctions), whose statements PostgreSQL
     // plans once per connection. Unnamed, so PgBouncer in transaction pooling
@@ -257,9 +260,9 @@ function claimFunction(tableName: string): string {
  * wait for the other. A hash collision only makes two keys wait for each
  * other.
  */
-export function keyLock(tableName: string): string {
+export function keyLock(tableName: string, tenant = 'p_tenant', key = 'p_key'): string {
   const seed = `nest-idempotency:key:${tableName}`.replace(/'/g, "''");
-  return `hashtextextended(p_key, hashtextextended(p_tenant, hashtextextended('${seed}', 0)))`;
+  return `hashtextextended(${key}, hashtextextended(${tenant}, hashtextextended('${seed}', 0)))`;
 }
 
 /**

@@ -60,6 +60,11 @@ function isFenceLost(error: unknown): boolean {
   return sqlState(error) === FENCE_LOST_SQLSTATE;
 }
 
+/** Whether a `holdKeyLock` statement answered that the lock was taken. */
+function lockTaken(result: PipelinedResult | undefined): boolean {
+  return result?.ok === true && (result.rows[0] as { locked?: boolean } | undefined)?.locked === true;
+}
+
 /** The statement's answer; its error, thrown, when it failed. */
 function answerOf(result: PipelinedResult): { rows: unknown[]; rowCount: number | null } {
   if (!result.ok) throw result.error;
@@ -179,8 +184,10 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     this.claims = options.claimDataSource ?? dataSource;
     this.tableName = tableName;
     this.table = quoteTableName(tableName);
-    this.sql = keyStoreStatements(this.table);
+    this.sql = keyStoreStatements(this.table, tableName);
     if (options.partitioned) this.partitions = new PartitionRetention(dataSource, this.table);
+    // Learnt now rather than on the first request's way (tried again there if this fails).
+    if (dataSource.isInitialized) this.businessReadCommitted().catch(() => undefined);
   }
 
   /** Whether the key table is the partitioned one. */
@@ -379,6 +386,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     if (mode === 'separate' && (this.answeredShare > MOSTLY_ANSWERED || !this.mainPoolHasRoom())) {
       return this.beginAfterClaimPool(request);
     }
+    const holdsKeyLock = mode === 'separate' && !(await this.businessReadCommitted());
     const runner = this.dataSource.createQueryRunner();
     const claimFunction = mode === 'separate' ? 'claim' : this.inTransactionClaim;
     const claimStatement = this.claimStatement(request, claimFunction, mode === 'separate' ? null : lockTimeoutMs);
@@ -389,6 +397,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
           mode === 'separate'
             ? [{ text: BEGIN_READ_COMMITTED }, claimStatement, { text: 'COMMIT' }, { text: startTransaction }]
             : [{ text: startTransaction }, claimStatement, { text: `SAVEPOINT ${WORK_SAVEPOINT}` }];
+        if (holdsKeyLock) statements.push(this.holdKeyLockStatement(request));
         results = await this.exchange(client, statements, this.dataSource, runner);
         // The connection is gone: whatever else answered, nothing can go on on it.
         const lost = results.find((result) => !result.ok && this.isUnavailableError(result.error));
@@ -423,10 +432,54 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       void this.abandon(runner);
       return { claim };
     }
+    if (holdsKeyLock && !lockTaken(results[4])) return this.notRun(runner, request);
     return {
       claim,
-      attempt: this.openAttempt(runner, request, mode === 'request-transaction', claimFunction === 'claim_in_transaction'),
+      attempt: this.openAttempt(runner, request, {
+        inTransaction: mode === 'request-transaction',
+        writesRow: claimFunction === 'claim_in_transaction',
+        holdsKeyLock,
+      }),
     };
+  }
+
+  /**
+   * Whether the work's transactions run at READ COMMITTED (or READ UNCOMMITTED, the same in PostgreSQL): the data
+   * source's `isolationLevel`, else the default a connection of its pool gets (the server's, the database's, the
+   * role's or the connection's own), read once.
+   */
+  private businessReadCommitted(): Promise<boolean> {
+    this.readCommitted ??= (async () => {
+      const level = this.dataSource.options.isolationLevel;
+      if (level) return level === 'READ COMMITTED' || level === 'READ UNCOMMITTED';
+      const { rows } = await this.run('SHOW default_transaction_isolation', [], { source: this.dataSource });
+      const shown = (rows as Array<{ default_transaction_isolation: string }>)[0]?.default_transaction_isolation;
+      return shown === 'read committed' || shown === 'read uncommitted';
+    })().catch((error: unknown) => {
+      this.readCommitted = undefined;
+      throw error;
+    });
+    return this.readCommitted;
+  }
+
+  private readCommitted?: Promise<boolean>;
+
+  /**
+   * The key's lock, taken by a separate attempt's own transaction when that runs under REPEATABLE READ or
+   * SERIALIZABLE. There a heartbeat renewal would change the key's row after the work's snapshot, and the
+   * completion would then fail (a serialization failure): the attempt's transaction holds the key's lock instead,
+   * which every claim that would take the key over needs. A live attempt is then never taken over, a dead one's
+   * lock goes with its connection, and a hung one is ended at `maxHold`.
+   */
+  private holdKeyLockStatement(request: ClaimRequest): PipelinedStatement {
+    return { text: this.sql.holdKeyLock, values: [request.tenant, request.key] };
+  }
+
+  /** The claim is this attempt's, but its transaction could not hold the key's lock: give it back, run nothing. */
+  private async notRun(runner: QueryRunner, request: ClaimRequest): Promise<Begun<EntityManager>> {
+    await this.abandon(runner);
+    await this.release(request).catch(() => false);
+    return { claim: { state: 'in-flight', retryAfterSeconds: Math.max(1, Math.ceil(request.leaseMs / 1000)) } };
   }
 
   /**
@@ -443,9 +496,16 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     if (claim.state !== 'claimed') return { claim };
     const runner = this.dataSource.createQueryRunner();
     let stillOurs = true;
+    let holdsKeyLock: boolean;
     try {
+      holdsKeyLock = !(await this.businessReadCommitted());
       await runner.startTransaction();
       if (performance.now() - claimedAt > request.leaseMs / 3) stillOurs = await this.renewLease(request, request.leaseMs);
+      if (stillOurs && holdsKeyLock) {
+        const { text, values } = this.holdKeyLockStatement(request);
+        const { rows } = await this.run(text, values!, { tx: runner.manager });
+        if (!(rows as Array<{ locked: boolean }>)[0]?.locked) return await this.notRun(runner, request);
+      }
     } catch (error) {
       await this.abandon(runner, error);
       // The work never ran: give the claim back, so a retry need not wait out the lease.
@@ -456,21 +516,23 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       void this.abandon(runner);
       return { claim: { state: 'in-flight', retryAfterSeconds: Math.max(1, Math.ceil(request.leaseMs / 1000)) } };
     }
-    return { claim, attempt: this.openAttempt(runner, request, false) };
+    return { claim, attempt: this.openAttempt(runner, request, { holdsKeyLock }) };
   }
 
   /**
    * The end of an attempt begun on `runner`: the completion and the COMMIT in one round trip.
    *
-   * @param inTransaction a request-transaction claim: its work runs after a savepoint
-   * @param writesRow the claim wrote no row (`claim_in_transaction`): the completion writes it
+   * @param how.inTransaction a request-transaction claim: its work runs after a savepoint
+   * @param how.writesRow the claim wrote no row (`claim_in_transaction`): the completion writes it
+   * @param how.holdsKeyLock the transaction holds the key's lock (see `holdKeyLockStatement`): its lease needs no renewal
    */
   private openAttempt(
     runner: QueryRunner,
     request: ClaimRequest,
-    inTransaction: boolean,
-    writesRow = false,
+    how: { inTransaction?: boolean; writesRow?: boolean; holdsKeyLock?: boolean } = {},
   ): OpenAttempt<EntityManager> {
+    const { inTransaction = false, writesRow = false, holdsKeyLock = false } = how;
+    if (holdsKeyLock) this.lockedAttempts.add(request.ownerToken);
     let ended = false;
     /** The completion is on its way: too late to abort. */
     let committing = false;
@@ -481,11 +543,12 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     this.openAttempts.add(openedAt);
     const end = async (failure?: unknown) => {
       ended = true;
-      this.recordHold(openedAt);
+      this.recordHold(openedAt, request.ownerToken);
       await this.abandon(runner, failure);
     };
     return {
       tx: runner.manager,
+      holdsKeyLock,
       commit: async (response, ttlMs) => {
         if (aborted) return false;
         if (ended) throw new Error('This attempt has already ended.');
@@ -503,7 +566,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
             if (!commit.ok) throw commit.error;
           });
           ended = true;
-          this.recordHold(openedAt);
+          this.recordHold(openedAt, request.ownerToken);
           await runner.release();
           return true;
         } catch (error) {
@@ -538,7 +601,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
           }
         }
         ended = true;
-        this.recordHold(openedAt);
+        this.recordHold(openedAt, request.ownerToken);
         try {
           if (runner.isTransactionActive) await runner.rollbackTransaction();
         } catch (error) {
@@ -673,13 +736,19 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   /** How long the work's transactions hold their connection, a moving average (starts pessimistic: the claim pool). */
   private holdMs = Number.POSITIVE_INFINITY;
 
-  private recordHold(startedAt: number): void {
+  private recordHold(startedAt: number, ownerToken?: string): void {
+    if (ownerToken !== undefined) this.lockedAttempts.delete(ownerToken);
     this.openAttempts.delete(startedAt);
     const held = performance.now() - startedAt;
     this.holdMs = Number.isFinite(this.holdMs) ? this.holdMs * 0.9 + held * 0.1 : held;
   }
 
+  /** Owner tokens of open attempts whose transaction holds the key's lock (see `holdKeyLockStatement`). */
+  private readonly lockedAttempts = new Set<string>();
+
+  /** Renews the lease, fenced; an attempt whose transaction holds the key's lock keeps the key without a write. */
   override async renewLease(ref: ClaimRef, leaseMs: number): Promise<boolean> {
+    if (this.lockedAttempts.has(ref.ownerToken)) return true;
     const { affected } = await this.run(this.sql.renewLease, [ref.tenant, ref.key, ref.ownerToken, leaseMs], { write: true });
     return affected === 1;
   }
