@@ -60,13 +60,20 @@ describe('the partitioned key table through PgBouncer in transaction pooling', (
     const key = `held-${randomUUID()}`;
     const begun = await stores[0].begin(claimRequest(key), 'request-transaction', 5_000);
     expect(begun.claim.state).toBe('claimed');
-    let settled = false;
-    const duplicate = stores[1].claim(claimRequest(key)).finally(() => (settled = true));
-    await sleep(300);
-    expect(settled).toBe(false);
-    expect(await begun.attempt!.commit({ status: 201, headers: [], body: Buffer.from('once') }, 3_600_000)).toBe(true);
-    const answer = await duplicate;
-    expect(answer.state === 'completed' && answer.response.body?.toString()).toBe('once');
+    try {
+      // A separate claim finds the key's lock taken: in flight, at once.
+      expect(await stores[1].claim(claimRequest(key))).toMatchObject({ state: 'in-flight' });
+      let settled = false;
+      const duplicate = stores[1].begin(claimRequest(key), 'request-transaction', 5_000).finally(() => (settled = true));
+      await sleep(300);
+      expect(settled).toBe(false);
+      expect(await begun.attempt!.commit({ status: 201, headers: [], body: Buffer.from('once') }, 3_600_000)).toBe(true);
+      const answer = (await duplicate).claim;
+      expect(answer.state === 'completed' && answer.response.body?.toString()).toBe('once');
+    } finally {
+      // A failed expectation must not leave the transaction (and its server connection and lock) open for the next test.
+      await begun.attempt?.rollback(false).catch(() => undefined);
+    }
   });
 
   it('retires a partition through it: the sweep lock and the drop each on a pooled connection', async () => {
