@@ -235,7 +235,10 @@ describe('a server of its own: a crash, its log, a session in SJIS', () => {
         secrets: log.split('\n').filter((line) => line.includes(secret)),
         ownerTokens: [...ownerTokens].filter((token) => log.includes(token)),
         errorsDuring409s: duringConflicts.split('\n').filter((line) => /ERROR:|STATEMENT:/.test(line)),
+        // After the fenced completion the COMMIT sent with it already ended the transaction: no second ROLLBACK.
+        warnings: log.split('\n').flatMap((line) => /WARNING:\s+(.*)/.exec(line)?.slice(1) ?? []),
       }).toEqual({
+        warnings: [],
         errors: ["the idempotency key is no longer this attempt's"],
         secrets: [],
         ownerTokens: [],

@@ -553,6 +553,8 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
         if (aborted) return false;
         if (ended) throw new Error('This attempt has already ended.');
         committing = true;
+        /** The COMMIT answered ROLLBACK (the completion before it failed): the transaction has ended on the server. */
+        let rolledBack = false;
         try {
           await this.fusing(runner, 'COMMIT', async (client) => {
             const [completion, commit] = await this.exchange(
@@ -561,7 +563,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
               this.dataSource,
               runner,
             );
-            // A failed completion made the COMMIT answer ROLLBACK: nothing committed.
+            rolledBack = !completion.ok && commit.ok;
             if (!completion.ok) throw completion.error;
             if (!commit.ok) throw commit.error;
           });
@@ -571,7 +573,9 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
           return true;
         } catch (error) {
           // TypeORM's commitTransaction threw, so its subscribers were told of no commit, and the rollback below tells
-          // them of the rollback.
+          // them of the rollback: sent only when the server still has the transaction (another ROLLBACK would be a
+          // round trip and a warning in the server's log).
+          if (rolledBack) await this.fusing(runner, 'ROLLBACK', async () => undefined).catch(() => undefined);
           await end(error);
           if (isFenceLost(error)) return false;
           throw error;
@@ -627,15 +631,16 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   }
 
   /**
-   * Runs TypeORM's `runner.startTransaction()` or `commitTransaction()` with
-   * its one statement (`START TRANSACTION`, `COMMIT`) replaced by `send`, so
-   * the app's transaction subscribers and TypeORM's own bookkeeping see the
-   * transaction as usual, while the statement travels in one message with
-   * the module's.
+   * Runs TypeORM's `runner.startTransaction()`, `commitTransaction()` or
+   * `rollbackTransaction()` with its one statement (`START TRANSACTION`,
+   * `COMMIT`, `ROLLBACK`) replaced by `send`, so the app's transaction
+   * subscribers and TypeORM's own bookkeeping see the transaction as usual,
+   * while the statement travels in one round trip with the module's (or, for a
+   * transaction the server has already ended, not at all).
    */
   private async fusing(
     runner: QueryRunner,
-    statement: 'START TRANSACTION' | 'COMMIT',
+    statement: 'START TRANSACTION' | 'COMMIT' | 'ROLLBACK',
     send: (client: PgClient, statement: string) => Promise<void>,
   ) {
     // TypeORM follows START TRANSACTION with the data source's isolation level, which must come before any other
@@ -661,7 +666,8 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     } as QueryRunner['query'];
     try {
       if (statement === 'START TRANSACTION') await runner.startTransaction();
-      else await runner.commitTransaction();
+      else if (statement === 'COMMIT') await runner.commitTransaction();
+      else await runner.rollbackTransaction();
     } finally {
       restore();
     }
