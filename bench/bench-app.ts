@@ -127,22 +127,33 @@ async function createRealisticCharge(query: Query, body: ChargeBody, serviceUrl:
 
 /**
  * Counts the round trips the app makes, only while the runner asks (those of
- * one request): one entry per query TypeORM logs, and per query the floor
- * sends. A multi-statement simple query (`BEGIN; ...; COMMIT; BEGIN`) is one
- * message and one answer, so it is logged, and counted, once.
+ * one request): one entry per round trip. The store pipelines several
+ * statements into one round trip (logged one by one, all in one turn of the
+ * event loop before they are sent): statements logged in the same turn are one
+ * entry, joined with `; `. A multi-statement simple query (the floor's
+ * `BEGIN; ...; COMMIT; BEGIN`) is one message and one answer, logged once.
  */
 class RoundTripCounter implements TypeOrmLogger {
   private recording?: string[];
+  private turnOpen = false;
   start(): void {
     this.recording = [];
   }
   stop(): string[] {
     const queries = this.recording ?? [];
     this.recording = undefined;
-    return queries;
+    return queries.map((entry) => entry.slice(0, 160));
   }
   record(query: string): void {
-    this.recording?.push(query.replace(/\s+/g, ' ').trim().slice(0, 80));
+    if (!this.recording) return;
+    const text = query.replace(/\s+/g, ' ').trim().slice(0, 80);
+    if (this.turnOpen && this.recording.length > 0) {
+      this.recording[this.recording.length - 1] += `; ${text}`;
+      return;
+    }
+    this.recording.push(text);
+    this.turnOpen = true;
+    setImmediate(() => (this.turnOpen = false));
   }
   logQuery(query: string): void {
     this.record(query);

@@ -92,7 +92,17 @@ describe.each(['plain', 'partitioned'] as const)('the %s key table', (table) => 
       await admin.end();
     });
 
-    const work = (key: string, claimMode: ClaimMode) => ({
+    /** The key's effects committed, read on a connection of its own. */
+    const effects = async (key: string) => {
+      const client = new pg.Client({ connectionString: url });
+      await client.connect();
+      try {
+        return (await client.query('SELECT count(*)::int AS count FROM effects WHERE label = $1', [key])).rows[0].count as number;
+      } finally {
+        await client.end();
+      }
+    };
+    const work = (key: string, claimMode: ClaimMode, delayMs = 150) => ({
       tenant: 't',
       key,
       fingerprint: 'same',
@@ -109,24 +119,14 @@ describe.each(['plain', 'partitioned'] as const)('the %s key table', (table) => 
           level: string;
         }>;
         await tx.query('INSERT INTO effects (label) VALUES ($1)', [key]);
-        await sleep(150);
+        await sleep(delayMs);
         return { response: { status: 201, headers: [], body: Buffer.from(level) }, result: level };
       },
     });
 
     it('claim mode separate: a handler that outlives its lease keeps its key (heartbeat) and completes', async () => {
       const key = `long-${++n}`;
-      const long = engines[0].execute({
-        ...work(key, 'separate'),
-        leaseMs: 600,
-        heartbeat: true,
-        run: async (tx: EntityManager) => {
-          started.set(key, (started.get(key) ?? 0) + 1);
-          await tx.query('INSERT INTO effects (label) VALUES ($1)', [key]);
-          await sleep(1_500);
-          return { response: { status: 201, headers: [], body: Buffer.from('long') }, result: 'long' };
-        },
-      });
+      const long = engines[0].execute({ ...work(key, 'separate', 1_500), leaseMs: 600, heartbeat: true });
       long.catch(() => undefined);
       // Past the first lease: another instance's duplicate finds the key still held, and does not run.
       await sleep(900);
@@ -140,18 +140,7 @@ describe.each(['plain', 'partitioned'] as const)('the %s key table', (table) => 
 
     it('claim mode separate: a hung handler gives its key up at maxHold, and a retry on another instance runs', async () => {
       const key = `hung-${++n}`;
-      const hung = engines[0].execute({
-        ...work(key, 'separate'),
-        leaseMs: 300,
-        maxHoldMs: 600,
-        heartbeat: true,
-        run: async (tx: EntityManager) => {
-          started.set(key, (started.get(key) ?? 0) + 1);
-          await tx.query('INSERT INTO effects (label) VALUES ($1)', [key]);
-          await sleep(3_000);
-          return { response: { status: 201, headers: [], body: Buffer.from('hung') }, result: 'hung' };
-        },
-      });
+      const hung = engines[0].execute({ ...work(key, 'separate', 3_000), leaseMs: 300, maxHoldMs: 600, heartbeat: true });
       hung.catch(() => undefined);
       await sleep(1_000);
       await expect(engines[1].execute({ ...work(key, 'separate'), leaseMs: 300, waitMs: 0 })).resolves.toMatchObject({
@@ -159,11 +148,7 @@ describe.each(['plain', 'partitioned'] as const)('the %s key table', (table) => 
       });
       await expect(hung).rejects.toMatchObject({ name: 'LeaseLostError' });
       expect(started.get(key)).toBe(2);
-      const client = new pg.Client({ connectionString: url });
-      await client.connect();
-      const { rows } = await client.query('SELECT count(*)::int AS count FROM effects WHERE label = $1', [key]);
-      await client.end();
-      expect(rows[0].count).toBe(1);
+      expect(await effects(key)).toBe(1);
     });
 
     it.each(['separate', 'request-transaction'] as const)(
@@ -180,11 +165,7 @@ describe.each(['plain', 'partitioned'] as const)('the %s key table', (table) => 
           expect(kinds.filter((kind) => kind === 'executed')).toHaveLength(1);
           expect(kinds.filter((kind) => kind !== 'executed' && kind !== 'replayed')).toEqual([]);
           expect(started.get(key)).toBe(1);
-          const client = new pg.Client({ connectionString: url });
-          await client.connect();
-          const { rows } = await client.query('SELECT count(*)::int AS count FROM effects WHERE label = $1', [key]);
-          await client.end();
-          expect(rows[0].count).toBe(1);
+          expect(await effects(key)).toBe(1);
           // The work ran at the isolation level the app chose: the module changes only its own statements'.
           const executed = outcomes.find((o) => o.status === 'fulfilled' && o.value.kind === 'executed');
           const level = (
