@@ -3,6 +3,7 @@ import {
   Inject,
   Injectable,
   Logger,
+  Optional,
   type CallHandler,
   type ExecutionContext,
   type NestInterceptor,
@@ -13,6 +14,7 @@ import type { EngineOutcome } from './core/idempotency-engine.js';
 import { CommitRefusedError, UnrepresentableInputError } from './core/errors.js';
 import { fingerprintRequest } from './core/fingerprint.js';
 import { parseIdempotencyKey } from './core/key.js';
+import { IdempotencyConfigurationError } from './errors/configuration.error.js';
 import { messages } from './errors/messages.js';
 import { IdempotencyProblemException, problemResponse, problems } from './errors/problems.js';
 import { fingerprintInput, headerValues, serverResponse, type HttpRequest } from './http/request-identity.js';
@@ -54,13 +56,18 @@ class FailedAfterHandlerError extends Error {
 export class IdempotencyInterceptor implements NestInterceptor {
   private readonly logger = new Logger('Idempotency');
 
+  // Optional, so an app without IdempotencyModule.forRoot() gets a message that says so, not Nest's dependency error.
   constructor(
-    private readonly routes: IdempotentRoutes,
-    private readonly service: IdempotencyService,
-    private readonly messages: IdempotentMessageInterceptor,
-    private readonly resolvers: IdempotentResolverInterceptor,
-    @Inject(IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
-  ) {}
+    @Optional() private readonly routes: IdempotentRoutes,
+    @Optional() private readonly service: IdempotencyService,
+    @Optional() private readonly messageInterceptor: IdempotentMessageInterceptor,
+    @Optional() private readonly resolverInterceptor: IdempotentResolverInterceptor,
+    @Optional() @Inject(IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
+  ) {
+    if (!routes || !service || !messageInterceptor || !resolverInterceptor || !options) {
+      throw new IdempotencyConfigurationError(messages.config.moduleNotImported);
+    }
+  }
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
     // One interceptor on every @Idempotent() handler; messages and GraphQL mutations have their own entry points.
@@ -68,9 +75,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
       case 'http':
         break;
       case 'rpc':
-        return this.messages.intercept(context, next);
+        return this.messageInterceptor.intercept(context, next);
       case 'graphql':
-        return this.resolvers.intercept(context, next);
+        return this.resolverInterceptor.intercept(context, next);
       default:
         return next.handle();
     }

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { Body, Controller, Module, Post, Res, Sse, type MessageEvent, type Type } from '@nestjs/common';
+import { Body, Controller, Module, Post, Res, Sse, type DynamicModule, type MessageEvent, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { ExpressAdapter } from '@nestjs/platform-express';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
@@ -93,6 +93,35 @@ describe('route settings are checked for every route at start-up (CONTRACT A6.13
   it('reports every misconfigured route at once', async () => {
     const started = boot('express', schema, [UnitlessLeaseController, BadPolicyController]);
     await expect(started).rejects.toThrow(/2 routes are misconfigured:[\s\S]*UnitlessLeaseController[\s\S]*BadPolicyController/);
+  });
+});
+
+describe.each(ADAPTERS)('@Idempotent() without IdempotencyModule over %s (CONTRACT A6.13)', (adapter) => {
+  @Controller('charges')
+  class ChargesController {
+    @Post()
+    @Idempotent()
+    create() {
+      return {};
+    }
+  }
+
+  async function start(imports: Array<Type | DynamicModule>) {
+    @Module({ imports, controllers: [ChargesController] })
+    class AppModule {}
+    const app = await NestFactory.create(AppModule, adapter === 'express' ? new ExpressAdapter() : new FastifyAdapter(), {
+      logger: false,
+      abortOnError: false,
+    });
+    await app.close();
+  }
+
+  it('stops the app at start-up, saying to import IdempotencyModule.forRoot()', async () => {
+    const started = start([]);
+    await expect(started).rejects.toBeInstanceOf(IdempotencyConfigurationError);
+    await expect(started).rejects.toThrow(
+      /@Idempotent\(\) is used, but IdempotencyModule is not set up in this app\. Import IdempotencyModule\.forRoot\(/,
+    );
   });
 });
 

@@ -61,6 +61,10 @@ export const messages = {
     unreplayableRoute: (route: string, why: string) =>
       `@Idempotent() route ${route} cannot be replayed: ${why}. Return a value (object, string or Buffer) instead, ` +
       'or use @Res({ passthrough: true }).',
+    moduleNotImported:
+      '@Idempotent() is used, but IdempotencyModule is not set up in this app. Import ' +
+      'IdempotencyModule.forRoot({ tenant: (ctx) => ... }) (or forRootAsync) in your root module, next to TypeOrmModule.forRoot(). ' +
+      'With `isGlobal: false`, import it in every module whose controllers, resolvers or message handlers use @Idempotent().',
     scheduleMissing:
       'IdempotencyModule: the sweeper (or the outbox relay) is scheduled but @nestjs/schedule is not set up. Install ' +
       '@nestjs/schedule and import ScheduleModule.forRoot() in your app, or pass `sweep: false` (and no `outbox.relay`) ' +
