@@ -16,6 +16,7 @@ import {
   type IdempotencyModuleOptions,
 } from '../src/index.js';
 import { createOutboxStatements, createTableStatements, KEY_TABLE_COLUMNS, OUTBOX_TABLE_COLUMNS } from '../src/store/sql.js';
+import { KEY_FUNCTIONS_VERSION } from '../src/store/key-store.sql.js';
 import {
   createOutboxTable,
   createTables,
@@ -141,6 +142,26 @@ describe('start-up schema check', () => {
     const error = await startupError(schema);
     expect(error.message).toContain('"idempotency_keys_claim", "idempotency_keys_complete" of the key table "idempotency_keys"');
     expect(error.message).toContain('CreateIdempotencyKeys1764460800000 creates them');
+  });
+
+  it('a key table whose claim functions an older version created stops the app, naming them and the migration', async () => {
+    const schema = await freshSchema('check_stale_functions');
+    await createTables(schema);
+    // The same functions without this version's marker, as the previous release created them.
+    await sql(
+      schema,
+      `DO $$ DECLARE f text; BEGIN
+         FOREACH f IN ARRAY ARRAY['idempotency_keys_claim', 'idempotency_keys_claim_in_transaction'] LOOP
+           EXECUTE replace(pg_get_functiondef(f::regproc), '${KEY_FUNCTIONS_VERSION}', 'an older version');
+         END LOOP; END $$`,
+    );
+    const error = await startupError(schema);
+    expect(error.message).toContain(
+      '"idempotency_keys_claim", "idempotency_keys_claim_in_transaction" of the key table "idempotency_keys" were created by an older version',
+    );
+    expect(error.message).toContain('CreateIdempotencyKeys1764460800000 replaces them in place');
+    // With synchronize: true the module replaces them itself, and the store works.
+    await bootsAndWorks(schema, {}, { entities: [IdempotencyKeyEntity], synchronize: true });
   });
 
   it('with synchronize: true the module creates the functions itself, and the store works', async () => {

@@ -86,6 +86,12 @@ export const messages = {
       `do${missing.length > 1 ? '' : 'es'} not exist. The claim and the completion call them. ${table.migration} creates them ` +
       'with the table: run it (again, on a table made by an older version: its statements are idempotent), or, without ' +
       'migrations, use `synchronize: true`, with which the module creates them at start-up.',
+    functionsFromOlderVersion: (table: TableFix, stale: readonly string[]) =>
+      `IdempotencyModule: the claim function${stale.length > 1 ? 's' : ''} ${stale.join(', ')} of the key table ` +
+      `"${table.name}" ${stale.length > 1 ? 'were' : 'was'} created by an older version of the module, without the key's ` +
+      `lock that keeps the two claim modes apart and the handling of REPEATABLE READ and SERIALIZABLE this version relies ` +
+      `on. ${table.migration} replaces ${stale.length > 1 ? 'them' : 'it'} in place: run its statements again (they are ` +
+      'idempotent), or, without migrations, use `synchronize: true`, with which the module replaces them at start-up.',
     partitionLayout: (name: string, expected: string, value: unknown) =>
       `createPartitionedIdempotencyKeysMigration(): \`${name}\` must be ${expected}, got ${JSON.stringify(value) ?? String(value)}.`,
     layoutMismatch: (table: TableFix, partitioned: boolean) =>

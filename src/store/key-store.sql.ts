@@ -181,11 +181,19 @@ export const CLAIM_FUNCTION_SIGNATURE = `(
      RETURNS TABLE (state text, attempt integer, generation text, retry_after integer, response_status integer,
                     response_headers jsonb, response_body bytea, recovery_point text, phase_results text)`;
 
+/**
+ * Marks the claim functions of this version (a comment in their source): the
+ * start-up check refuses functions an older version created, which lack the
+ * key's lock and the isolation handling the store now relies on.
+ */
+export const KEY_FUNCTIONS_VERSION = 'nest-idempotency-pg key functions 2';
+
 /** The plain table's claim function (see `keyStoreFunctions`): claim mode `separate`, and takeovers. */
 function claimFunction(tableName: string): string {
   const t = quoteTableName(tableName);
   return `CREATE OR REPLACE FUNCTION ${fn(t, 'claim')}${CLAIM_FUNCTION_SIGNATURE}
      LANGUAGE plpgsql AS $fn$
+     -- ${KEY_FUNCTIONS_VERSION}
      DECLARE
        r ${t}%ROWTYPE;
      BEGIN
@@ -351,6 +359,7 @@ export function completionFunctions(tableName: string): string[] {
     // the same lock, so it never starts while this one runs.
     `CREATE OR REPLACE FUNCTION ${fn(t, 'claim_in_transaction')}${CLAIM_FUNCTION_SIGNATURE}
      LANGUAGE plpgsql AS $fn$
+     -- ${KEY_FUNCTIONS_VERSION}
      DECLARE
        r ${t}%ROWTYPE;
        v_found boolean;

@@ -12,7 +12,7 @@ import {
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { IdempotencyStore } from '../core/idempotency-store.js';
 import { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
-import { keyStoreFunctionNames, keyStoreFunctions } from './key-store.sql.js';
+import { KEY_FUNCTIONS_VERSION, keyStoreFunctionNames, keyStoreFunctions } from './key-store.sql.js';
 import { quoteTableName } from './identifiers.js';
 import { KEY_TABLE_COLUMNS, OUTBOX_TABLE_COLUMNS } from './sql.js';
 import { PARTITIONED_CLAIM_MARKER } from './partitioned/partitioned-key-table.sql.js';
@@ -133,11 +133,15 @@ export class IdempotencySchemaCheck implements OnModuleInit {
   private async checkFunctions(table: RequiredTable, partitioned: boolean): Promise<string[]> {
     const missing = await missingFunctions(this.dataSource, table.name);
     if (missing.length === 0) {
-      return partitioned && !(await hasPartitionedClaim(this.dataSource, table.name))
-        ? [messages.config.partitionedFunctionsStale(table)]
-        : [];
+      if (partitioned && !(await hasPartitionedClaim(this.dataSource, table.name))) {
+        return [messages.config.partitionedFunctionsStale(table)];
+      }
+      const stale = await staleClaimFunctions(this.dataSource, table.name, partitioned);
+      if (stale.length === 0) return [];
+      if (!this.dataSource.options.synchronize || partitioned) return [messages.config.functionsFromOlderVersion(table, stale)];
+    } else if (!this.dataSource.options.synchronize || partitioned) {
+      return [messages.config.functionsMissing(table, missing)];
     }
-    if (!this.dataSource.options.synchronize || partitioned) return [messages.config.functionsMissing(table, missing)];
     await this.dataSource.transaction(async (tx) => {
       await tx.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`nest-idempotency:migrate:${table.name}`]);
       for (const statement of keyStoreFunctions(table.name)) await tx.query(statement);
@@ -166,6 +170,17 @@ async function hasPartitionedClaim(dataSource: DataSource, tableName: string): P
     PARTITIONED_CLAIM_MARKER,
   ])) as Array<{ marked: boolean }>;
   return row?.marked === true;
+}
+
+/** The claim functions (the plain table's two, the partitioned table's one) that an older version created. */
+async function staleClaimFunctions(dataSource: DataSource, tableName: string, partitioned: boolean): Promise<string[]> {
+  const [claim, , , claimInTransaction] = keyStoreFunctionNames(tableName);
+  const names = partitioned ? [claim] : [claim, claimInTransaction];
+  const [row] = (await dataSource.query(
+    'SELECT ARRAY(SELECT n FROM unnest($1::text[]) n JOIN pg_proc p ON p.oid = to_regproc(n) WHERE position($2 IN p.prosrc) = 0) AS stale',
+    [names, KEY_FUNCTIONS_VERSION],
+  )) as Array<{ stale: string[] }>;
+  return row.stale;
 }
 
 /** Which of the key table's functions (`keyStoreFunctions`) do not exist, as the store names them. */

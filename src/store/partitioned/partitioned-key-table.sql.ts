@@ -2,6 +2,7 @@ import { quoteTableName } from '../identifiers.js';
 import {
   CLAIM_FUNCTION_SIGNATURE,
   HELD_ELSEWHERE,
+  KEY_FUNCTIONS_VERSION,
   WAIT_FOR_KEY_LOCK,
   retryStaleSnapshot,
   completionFunctions,
@@ -142,6 +143,7 @@ function partitionedClaimFunction(tableName: string): string {
   return `CREATE OR REPLACE FUNCTION ${keyStoreFunction(t, 'claim')}${CLAIM_FUNCTION_SIGNATURE}
      LANGUAGE plpgsql AS $fn$
      -- ${PARTITIONED_CLAIM_MARKER}
+     -- ${KEY_FUNCTIONS_VERSION}
      DECLARE
        r ${t}%ROWTYPE;
        v_current boolean;
