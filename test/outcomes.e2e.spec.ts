@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { ProblemType } from '../src/index.js';
-import { post, send, sleep } from './support/http.js';
+import { post, send, sleep, type RawResponse } from './support/http.js';
 import { ADAPTERS } from './support/test-app.js';
 import { useApiSuite } from './support/suite.js';
 
@@ -136,6 +136,15 @@ describe.each(ADAPTERS)('handler outcomes and replay fidelity over %s', (adapter
     expect(second.headers['x-custom-replayed']).toBe('yes');
     expect(second.headers['x-not-stored']).toBe('per-response'); // set again by @Header(), not replayed from storage
     expect(Buffer.compare(second.body, first.body)).toBe(0);
+    // Names as first sent (Express keeps the app's `Location`, Fastify sends every name in lower case), in order.
+    const names = (res: RawResponse) =>
+      (res.rawHeaders ?? [])
+        .filter((_, i) => i % 2 === 0)
+        .filter(
+          (name) => !['date', 'connection', 'keep-alive', 'set-cookie', 'idempotent-replayed'].includes(name.toLowerCase()),
+        );
+    expect(names(second)).toEqual(names(first));
+    expect(names(first)).toContain(adapter === 'express' ? 'X-Custom-Replayed' : 'x-custom-replayed');
   });
 
   it('replays a redirect with its status and Location', async () => {

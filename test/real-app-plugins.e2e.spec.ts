@@ -40,15 +40,18 @@ function cookieShape(line: string): string {
   return line.replace(/^([^=]+)=[^;]*/, '$1=…');
 }
 
-/** Every header as received, name lowercased, duplicates kept (one Set-Cookie line is one entry), cookie values masked. */
+/**
+ * Every header as received, in order, names as the server spelled them, duplicates kept (one Set-Cookie line is
+ * one entry), cookie values masked.
+ */
 function wireHeaders(res: RawResponse, ignore: ReadonlySet<string>): Array<[string, string]> {
   const raw = res.rawHeaders ?? [];
   const pairs: Array<[string, string]> = [];
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i].toLowerCase();
-    if (!ignore.has(name)) pairs.push([name, name === 'set-cookie' ? cookieShape(raw[i + 1]) : raw[i + 1]]);
+    if (!ignore.has(name)) pairs.push([raw[i], name === 'set-cookie' ? cookieShape(raw[i + 1]) : raw[i + 1]]);
   }
-  return pairs.sort(([a, x], [b, y]) => (a < b ? -1 : a > b ? 1 : x < y ? -1 : x > y ? 1 : 0));
+  return pairs;
 }
 
 /** The body as the client reads it once it undoes the content coding. */

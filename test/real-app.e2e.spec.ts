@@ -16,15 +16,17 @@ const PER_RESPONSE = new Set(['date', 'x-request-id', 'connection', 'keep-alive'
 /** On a replay, also the one header the module adds. */
 const PER_REPLAY = new Set([...PER_RESPONSE, 'idempotent-replayed']);
 
-/** Every header as received, name lowercased, value untouched, duplicates kept; sorted by name only. */
+/**
+ * Every header as received, in order, names as the server spelled them (a replay must not change a
+ * name's case or its place), values untouched, duplicates kept.
+ */
 function wireHeaders(res: RawResponse, ignore: ReadonlySet<string>): Array<[string, string]> {
   const raw = res.rawHeaders ?? [];
   const pairs: Array<[string, string]> = [];
   for (let i = 0; i < raw.length; i += 2) {
-    const name = raw[i].toLowerCase();
-    if (!ignore.has(name)) pairs.push([name, raw[i + 1]]);
+    if (!ignore.has(raw[i].toLowerCase())) pairs.push([raw[i], raw[i + 1]]);
   }
-  return pairs.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return pairs;
 }
 
 function expectSameAnswer(actual: RawResponse, expected: RawResponse, ignore: ReadonlySet<string> = PER_RESPONSE): void {

@@ -251,7 +251,10 @@ export class FastifyReplyCapture implements ResponseCapture {
   private applyHeaders(response: StoredResponse, headers: ExtraHeaders): Buffer | undefined {
     const reply = this.reply;
     for (const name of headersReplacedBy(this.stored)) reply.removeHeader(name);
-    for (const [name, value] of groupHeaders([...response.headers, ...headers])) reply.header(name, value);
+    for (const [name, value] of groupHeaders([...response.headers, ...headers])) {
+      // Stored by Express (see WireCapture); Fastify sets the length of what it sends itself.
+      if (name.toLowerCase() !== 'content-length') reply.header(name, value);
+    }
     reply.code(response.status);
     const body = response.body;
     return body && body.length > 0 && hasBody(response.status) ? body : undefined;

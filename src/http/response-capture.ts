@@ -79,34 +79,38 @@ export function headersReplacedBy(stored: ReadonlySet<string>): string[] {
 
 /**
  * The stored headers of a response as name/value pairs, one pair per value,
- * so a header sent several times is stored as sent and not joined.
+ * so a header sent several times is stored as sent and not joined. Names
+ * keep the case and the order they were sent in (a replay must not differ
+ * from the first answer even there); which are stored is decided without
+ * regard to case.
  */
 export function storedPairs(headers: Iterable<[string, unknown]>, stored: ReadonlySet<string>): Array<[string, string]> {
   const pairs: Array<[string, string]> = [];
   for (const [name, value] of headers) {
-    const lower = name.toLowerCase();
-    if (!stored.has(lower) || value === undefined || value === null) continue;
+    if (!stored.has(name.toLowerCase()) || value === undefined || value === null) continue;
     for (const one of Array.isArray(value) ? value : [value]) {
       const text = String(one);
-      if (text !== '') pairs.push([lower, text]);
+      if (text !== '') pairs.push([name, text]);
     }
   }
   return pairs;
 }
 
 /**
- * Name/value pairs grouped by name, in order: a header given several times
- * becomes one array, which Node writes as one header line per value
- * (`Set-Cookie` must never be joined with commas).
+ * Name/value pairs grouped by name (without regard to case), in order: a
+ * header given several times becomes one array, which Node writes as one
+ * header line per value (`Set-Cookie` must never be joined with commas).
+ * Each keeps the spelling of its first pair.
  */
-export function groupHeaders(pairs: Iterable<[string, string]>): Map<string, string | string[]> {
-  const grouped = new Map<string, string | string[]>();
+export function groupHeaders(pairs: Iterable<[string, string]>): Array<[string, string | string[]]> {
+  const grouped = new Map<string, [string, string | string[]]>();
   for (const [name, value] of pairs) {
     const lower = name.toLowerCase();
     const current = grouped.get(lower);
-    grouped.set(lower, current === undefined ? value : [...(Array.isArray(current) ? current : [current]), value]);
+    if (!current) grouped.set(lower, [name, value]);
+    else current[1] = [...(Array.isArray(current[1]) ? current[1] : [current[1]]), value];
   }
-  return grouped;
+  return [...grouped.values()];
 }
 
 /** Statuses that never carry a body (RFC 9110). */

@@ -150,13 +150,19 @@ export class WireCapture implements ResponseCapture {
       res.end();
       return;
     }
-    for (const [name, value] of headerEntries(this.writeHeadCall)) res.setHeader(name, value);
+    for (const [name, value] of headerEntries(this.writeHeadCall).values()) res.setHeader(name, value);
     for (const name of headersReplacedBy(this.stored)) res.removeHeader(name);
-    for (const [name, value] of groupHeaders([...response.headers, ...headers])) res.setHeader(name, value);
-    res.statusCode = response.status;
     const body = response.body;
-    if (body && body.length > 0 && hasBody(response.status)) {
-      res.setHeader('content-length', body.length);
+    const length = body && body.length > 0 && hasBody(response.status) ? body.length : undefined;
+    for (const [name, value] of groupHeaders([...response.headers, ...headers])) {
+      // Put back in its place among the stored headers, with the length of the bytes sent now.
+      if (name.toLowerCase() === 'content-length') {
+        if (length !== undefined) res.setHeader(name, length);
+      } else res.setHeader(name, value);
+    }
+    res.statusCode = response.status;
+    if (length !== undefined) {
+      if (!res.hasHeader('content-length')) res.setHeader('content-length', length);
       res.end(body);
     } else {
       res.end();
@@ -166,16 +172,21 @@ export class WireCapture implements ResponseCapture {
   /** The held response: status, the stored headers as they stand, and the body bytes. */
   private snapshot(): StoredResponse {
     const status = typeof this.writeHeadCall?.[0] === 'number' ? this.writeHeadCall[0] : this.res.statusCode;
-    // Headers given to writeHead win over those set before, as Node merges them.
-    const all = new Map<string, unknown>(Object.entries(this.res.getHeaders()));
-    for (const [name, value] of headerEntries(this.writeHeadCall)) all.set(name, value);
+    // The names as the app spelled them, in the order it set them. Headers given to writeHead win over those set
+    // before, in their place, as Node merges them.
+    const values = this.res.getHeaders();
+    const all = new Map<string, [string, unknown]>();
+    // Node's OutgoingMessage has it (since 15.13); its types declare it on ClientRequest only.
+    const names = (this.res as unknown as { getRawHeaderNames(): string[] }).getRawHeaderNames();
+    for (const name of names) all.set(name.toLowerCase(), [name, values[name.toLowerCase()]]);
+    for (const [lower, entry] of headerEntries(this.writeHeadCall)) all.set(lower, entry);
     const chunks = [...this.writes, ...(this.endCall ? [this.endCall] : [])]
       .map((call) => toBuffer(call[0], call[1]))
       .filter((chunk): chunk is Buffer => chunk !== undefined);
     const body = chunks.length === 0 ? null : Buffer.concat(chunks);
     return {
       status,
-      headers: storedPairs(all, this.stored),
+      headers: storedPairs(all.values(), withLength(this.stored)),
       body: body && body.length === 0 && !hasBody(status) ? null : body,
     };
   }
@@ -190,11 +201,26 @@ export class WireCapture implements ResponseCapture {
 }
 
 /**
- * The headers given to a held `writeHead(status, [message], [headers])` call,
- * a header given several times as one array of its values (never joined).
+ * The stored names and `Content-Length`, whose place among them a replay keeps (its value is the length of the body
+ * sent then), made once per allowlist.
  */
-function headerEntries(call: Call | undefined): Map<string, string | string[]> {
-  const entries = new Map<string, string | string[]>();
+const withLengthOf = new WeakMap<ReadonlySet<string>, ReadonlySet<string>>();
+function withLength(stored: ReadonlySet<string>): ReadonlySet<string> {
+  let names = withLengthOf.get(stored);
+  if (!names) {
+    names = new Set([...stored, 'content-length']);
+    withLengthOf.set(stored, names);
+  }
+  return names;
+}
+
+/**
+ * The headers given to a held `writeHead(status, [message], [headers])` call
+ * by lower-case name, each with its name as given and its value, a header
+ * given several times as one array of its values (never joined).
+ */
+function headerEntries(call: Call | undefined): Map<string, [string, string | string[]]> {
+  const entries = new Map<string, [string, string | string[]]>();
   if (!call) return entries;
   const headers = (typeof call[1] === 'string' ? call[2] : call[1]) as OutgoingHttpHeaders | unknown[] | undefined;
   if (!headers) return entries;
@@ -203,8 +229,8 @@ function headerEntries(call: Call | undefined): Map<string, string | string[]> {
     const lower = String(name).toLowerCase();
     const values = (Array.isArray(value) ? value : [value]).map(String);
     const current = entries.get(lower);
-    const merged = current === undefined ? values : [...(Array.isArray(current) ? current : [current]), ...values];
-    entries.set(lower, merged.length === 1 ? merged[0] : merged);
+    const merged = current === undefined ? values : [...(Array.isArray(current[1]) ? current[1] : [current[1]]), ...values];
+    entries.set(lower, [current?.[0] ?? String(name), merged.length === 1 ? merged[0] : merged]);
   };
   if (Array.isArray(headers)) {
     // Either [[name, value], ...] or a flat [name, value, name, value].
