@@ -277,6 +277,13 @@ describe.each(ADAPTERS)('sample payments API over %s', (adapter) => {
     const res = await postCharge(body, key, apiKey);
     expect(res.status).toBe(401);
     expect(res.headers['www-authenticate']).toBe('Bearer realm="payments"');
+    expect(res.headers['content-type']).toMatch(/^application\/problem\+json(;|$)/);
+    expect(res.json()).toEqual({
+      type: 'about:blank',
+      title: 'Unauthorized',
+      status: 401,
+      detail: 'Send a valid API key as "Authorization: Bearer <key>".',
+    });
     expect(await keyRows(key)).toHaveLength(0);
     expect(await chargeRows(body.customer)).toHaveLength(0);
   });

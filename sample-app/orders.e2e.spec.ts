@@ -145,6 +145,8 @@ describe.each(ADAPTERS)('sample checkout (phases, derived provider key, outbox r
     const stats = await send(url, 'GET', '/provider/stats', { headers });
     expect(stats.status).toBe(401);
     expect(stats.headers['www-authenticate']).toBe('Bearer realm="payment-provider"');
+    expect(stats.headers['content-type']).toMatch(/^application\/problem\+json(;|$)/);
+    expect(stats.json()).toMatchObject({ type: 'about:blank', title: 'Unauthorized', status: 401 });
     expect(stats.text()).not.toMatch(/charges/);
     const charge = await send(url, 'POST', '/provider/charges', {
       headers: [...headers, ['Idempotency-Key', unique('provider-key')]],

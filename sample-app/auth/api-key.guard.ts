@@ -1,5 +1,6 @@
 import { Inject, Injectable, UnauthorizedException, type CanActivate, type ExecutionContext } from '@nestjs/common';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
+import { PROBLEM_CONTENT_TYPE } from '../../src/index.js';
 import type { AuthenticatedRequest } from './authenticated-request.js';
 import { PUBLIC_ROUTE } from './public.decorator.js';
 
@@ -40,6 +41,8 @@ export class ApiKeyGuard implements CanActivate {
     if (tenant === undefined) {
       const response = graphql ? (graphql.res ?? graphql.reply) : http.getResponse();
       if (response) this.adapterHost.httpAdapter.setHeader(response, 'WWW-Authenticate', 'Bearer realm="payments"');
+      // A problem document (RFC 9457), sent as one; a GraphQL request gets it as an error in its own JSON answer.
+      if (!graphql) this.adapterHost.httpAdapter.setHeader(response, 'Content-Type', PROBLEM_CONTENT_TYPE);
       throw new UnauthorizedException({
         type: 'about:blank',
         title: 'Unauthorized',

@@ -31,6 +31,7 @@ export class ProviderCredentialGuard implements CanActivate {
     // Digests of equal length, compared in constant time: the comparison tells nothing about the key.
     if (token !== undefined && timingSafeEqual(digest(token), this.expected)) return true;
     this.adapterHost.httpAdapter.setHeader(http.getResponse(), 'WWW-Authenticate', 'Bearer realm="payment-provider"');
+    this.adapterHost.httpAdapter.setHeader(http.getResponse(), 'Content-Type', 'application/problem+json');
     throw new UnauthorizedException({
       type: 'about:blank',
       title: 'Unauthorized',
