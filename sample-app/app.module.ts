@@ -85,7 +85,7 @@ export class AppModule {
         ChargesModule,
         OrdersModule.register({ paymentProvider: { url: config.paymentProviderUrl, apiKey: config.paymentProviderKey } }),
         FakePaymentProviderModule.register({ apiKey: config.paymentProviderKey }),
-        RefundsModule,
+        RefundsModule.register({ consumeMessages: Boolean(config.rabbitmqUrl || config.natsUrl) }),
         // The operator board at /board, behind the same API keys: each key's holder sees its own tenant only.
         IdempotencyBoardModule.forRoot({
           path: 'board',

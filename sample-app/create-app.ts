@@ -1,4 +1,4 @@
-import type { INestApplication } from '@nestjs/common';
+import type { INestApplication, LoggerService } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { ExpressAdapter, type NestExpressApplication } from '@nestjs/platform-express';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
@@ -16,9 +16,13 @@ export const BODY_LIMIT_BYTES = 1024 * 1024;
  * migrated and its OpenAPI document served, ready for `listen()`. Used by
  * `main.ts` and the e2e tests.
  */
-export async function createSampleApp(config: AppModuleConfig): Promise<INestApplication> {
+export async function createSampleApp(
+  config: AppModuleConfig,
+  options: { logger?: LoggerService } = {},
+): Promise<INestApplication> {
   const module = AppModule.forRoot(config);
-  const logger = config.logger ? undefined : false;
+  // A test can read the start-up lines through a logger of its own.
+  const logger = options.logger ?? (config.logger ? undefined : false);
   let app: INestApplication;
   if (config.httpAdapter === 'fastify') {
     app = await NestFactory.create<NestFastifyApplication>(module, new FastifyAdapter({ bodyLimit: BODY_LIMIT_BYTES }), {

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import type { INestApplication } from '@nestjs/common';
+import type { INestApplication, LoggerService } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import amqp, { type Channel, type ChannelModel } from 'amqplib';
@@ -21,9 +21,14 @@ const REQUEST_REFUND = `mutation ($input: RequestRefundInput!) {
   requestRefund(input: $input) { id refundId chargeId amount status source created }
 }`;
 
-async function startSampleApp(adapter: HttpAdapterName, schema: string, env: Record<string, string> = {}) {
+async function startSampleApp(
+  adapter: HttpAdapterName,
+  schema: string,
+  env: Record<string, string> = {},
+  logger?: LoggerService,
+) {
   const config = loadConfig({ HTTP_ADAPTER: adapter, DATABASE_URL: databaseUrl(), ...env });
-  const app = await createSampleApp({ ...config, databaseUrl: databaseUrl(), databaseSchema: schema, logger: false });
+  const app = await createSampleApp({ ...config, databaseUrl: databaseUrl(), databaseSchema: schema, logger: false }, { logger });
   await app.listen(0, '127.0.0.1');
   return { app, url: (await app.getUrl()).replace('[::1]', '127.0.0.1') };
 }
@@ -80,11 +85,10 @@ describe.each(ADAPTERS)('sample refunds over GraphQL (%s)', (adapter) => {
     const nodeEnv = process.env.NODE_ENV;
     delete process.env.NODE_ENV;
     try {
-      api = await startSampleApp(adapter, schema);
+      api = await startSampleApp(adapter, schema, {}, logs);
     } finally {
       process.env.NODE_ENV = nodeEnv;
     }
-    api.app.useLogger(logs);
     db = await sqlClient(schema);
   });
   afterAll(async () => {
@@ -100,6 +104,11 @@ describe.each(ADAPTERS)('sample refunds over GraphQL (%s)', (adapter) => {
   };
   const refundRows = async (refundId: string) =>
     Number((await db.query('SELECT count(*) FROM refunds WHERE refund_id = $1', [refundId])).rows[0].count);
+
+  it('starts without a broker without mapping the message consumer: no empty `RefundRequestsConsumer {/}` line', () => {
+    expect(logs.lines).toContainEqual(expect.stringMatching(/^log: ChargesController \{\/charges\}/));
+    expect(logs.lines.filter((line) => line.includes('RefundRequestsConsumer'))).toEqual([]);
+  });
 
   it('refunds once per key, replays the same refund on a retry, and marks the replay', async () => {
     const chargeId = await createCharge(api.url);
