@@ -5,6 +5,7 @@ import { mkdir } from 'node:fs/promises';
 import type pg from 'pg';
 import helmet from 'helmet';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { boardKey } from '../src/board/board-key.js';
 import { CHROMIUM_PATH, describeEachWithBrowser } from '../test/support/browser.js';
 import { databaseUrl, freshSchema, sqlClient } from '../test/support/database.js';
 import { send, sleep } from '../test/support/http.js';
@@ -116,14 +117,17 @@ describeEachWithBrowser(ADAPTERS, 'the operator board in Chromium, sample app ov
     const original = createCharge(url, key, slow);
     await sleep(300);
     await page.click('#refresh');
-    const row = page.locator('#stuck-keys tr.stuck', { hasText: `${key.slice(0, 4)}…(36)` });
+    const row = page.locator('#stuck-keys tr.stuck', { hasText: boardKey(key) });
     await row.waitFor();
     expect(await page.locator('#stuck-keys').textContent()).not.toContain(key);
     expect((await createCharge(url, key, slow)).status).toBe(409);
 
     await row.locator('button.release').click();
     await page.locator('#confirm[open]').waitFor();
-    expect(await page.locator('#confirm-text').textContent()).toMatch(/next retry takes the key over/);
+    const confirmation = await page.locator('#confirm-text').textContent();
+    expect(confirmation).toMatch(/next retry takes the key over/);
+    // The key being released, as the list names it: never the whole key, but never one another key could share.
+    expect(confirmation).toContain(`Release key ${boardKey(key)} of tenant tenant-a?`);
     await page.click('#confirm-ok');
     await page.locator('#toast', { hasText: 'Released' }).waitFor();
 
@@ -153,9 +157,11 @@ describeEachWithBrowser(ADAPTERS, 'the operator board in Chromium, sample app ov
     const details = page.locator('#lookup-details');
     await details.waitFor();
     const text = await details.textContent();
-    expect(text).toContain('completed');
+    expect(text).toContain('Statecompleted');
     expect(text).toContain('Stored status201');
-    expect(text).not.toContain(key);
+    // Shown back as typed to the operator who typed it, and as the lists name it; a completed key has no lease.
+    expect(text).toContain(`Key${key}Listed as${boardKey(key)}`);
+    expect(text).not.toMatch(/Lease end/);
     expect(problems).toEqual([]);
     await page.fill('#lookup-key', 'no-such-key');
     await page.click('#lookup-form button[type=submit]');

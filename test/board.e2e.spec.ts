@@ -16,6 +16,7 @@ import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import type pg from 'pg';
 import type { EntityManager, Logger as TypeOrmLogger } from 'typeorm';
+import { boardKey } from '../src/board/board-key.js';
 import { BoardProblemType, IdempotencyBoardModule, type BoardScope } from '../src/board/index.js';
 import { IdempotencyConfigurationError, Idempotent, IdempotencyModule, IdempotencyService, TxManager } from '../src/index.js';
 import { createOutboxTable, createTables, dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
@@ -412,7 +413,8 @@ describe.each(ADAPTERS)('IdempotencyBoardModule over %s', (adapter) => {
   it('lists a hung attempt as stuck; a release lets the next retry run at once and fences the released attempt', async () => {
     const { label, key, original, admin, keys } = await hungAttempt('hung', 'stuck-key');
     expect(keys).toHaveLength(1);
-    expect(keys[0]).toMatchObject({ tenant: 'tenant-a', key: 'stuc…(' + key.length + ')', attempt: 1, leasePassed: false });
+    expect(keys[0]).toMatchObject({ tenant: 'tenant-a', key: boardKey(key), attempt: 1, leasePassed: false });
+    expect(keys[0].key).toMatch(new RegExp(`^stuc…\\d{4} \\(${key.length}\\) #[0-9a-f]{6}$`));
     expect(JSON.stringify(keys)).not.toContain(key);
     // Before the release, a retry is a 409 on either instance: the attempt holds its lease (renewed by its heartbeat).
     await sleep(1_200);
@@ -521,7 +523,26 @@ describe.each(ADAPTERS)('IdempotencyBoardModule over %s', (adapter) => {
     expect((await operator.post('lookup', { key: 'a-stuck' })).json()).toMatchObject({
       tenant: 'tenant-a',
       state: 'lease-passed',
+      leaseExpiresAt: expect.any(String),
     });
+  });
+
+  it('lists two stuck keys alike but for one character so that they read apart, never in full', async () => {
+    await db.query(
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at)
+       VALUES ('tenant-a', 'err-1', 'fp', 'in_flight', gen_random_uuid(), now() - interval '1 minute', now() + interval '1 day'),
+              ('tenant-a', 'err-2', 'fp', 'in_flight', gen_random_uuid(), now() - interval '2 minutes', now() + interval '1 day')`,
+    );
+    const admin = await operatorSession(url, 'admin');
+    const listed = (await admin.get('stuck')).json().keys.map((k: { key: string }) => k.key);
+    expect(listed).toHaveLength(2);
+    expect(new Set(listed).size).toBe(2);
+    expect([...listed].sort()).toEqual([
+      expect.stringMatching(/^e…1 \(5\) #[0-9a-f]{6}$/),
+      expect.stringMatching(/^e…2 \(5\) #[0-9a-f]{6}$/),
+    ]);
+    // The lookup names a key as the list does, so an operator can match the two.
+    expect(listed).toContain((await admin.post('lookup', { tenant: 'tenant-a', key: 'err-1' })).json().key);
   });
 
   it('looks a key up by tenant and key, with its stored body only where the board shows bodies', async () => {
@@ -532,11 +553,13 @@ describe.each(ADAPTERS)('IdempotencyBoardModule over %s', (adapter) => {
     expect(found.status).toBe(200);
     expect(found.json()).toMatchObject({
       tenant: 'tenant-a',
-      key: 'look…(12)',
+      key: boardKey('lookup-key-1'),
       state: 'completed',
       attempt: 1,
       responseStatus: 201,
       completedAt: expect.any(String),
+      // A completed key has no lease to show.
+      leaseExpiresAt: null,
     });
     expect(found.json().response).toBeUndefined();
     expect(found.text()).not.toContain(label);

@@ -277,14 +277,19 @@ export const BOARD_SCRIPT = String.raw`(function () {
   function lookup(event) {
     event.preventDefault();
     var result = clear($('lookup-result'));
-    api('lookup', { tenant: $('lookup-tenant').value, key: $('lookup-key').value })
+    var typed = $('lookup-key').value;
+    api('lookup', { tenant: $('lookup-tenant').value, key: typed })
       .then(function (key) {
+        // The key as this operator typed it (the server never sends a whole key), and as the lists show it.
         var pairs = [
-          ['Tenant', key.tenant], ['Key', key.key], ['State', key.state], ['Attempts', key.attempt],
-          ['Generation', key.generation || ''], ['Created', key.createdAt], ['Lease ends', key.leaseExpiresAt],
+          ['Tenant', key.tenant], ['Key', typed], ['Listed as', key.key], ['State', key.state], ['Attempts', key.attempt],
+          ['Generation', key.generation || ''], ['Created', key.createdAt]
+        ];
+        if (key.leaseExpiresAt) pairs.push([key.state === 'lease-passed' ? 'Lease ended' : 'Lease ends', key.leaseExpiresAt]);
+        pairs = pairs.concat([
           ['Completed', key.completedAt || ''], ['Expires', key.expiresAt],
           ['Stored status', key.responseStatus === null ? '' : key.responseStatus]
-        ];
+        ]);
         var list = el('dl', { id: 'lookup-details' }, []);
         definitions(list, pairs);
         result.appendChild(list);

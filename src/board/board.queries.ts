@@ -1,7 +1,7 @@
 import type { DataSource, EntityManager } from 'typeorm';
-import { redactKey } from '../core/key.js';
 import { quoteTableName } from '../store/identifiers.js';
 import { installRedactingLogger, redactQueryError, sqlMarker } from '../store/redacting-logger.js';
+import { boardKey } from './board-key.js';
 
 /**
  * Whose rows a query may read or change: one tenant's, or (`null`) every
@@ -33,7 +33,7 @@ export interface KeyCounts {
 
 export interface StuckKey {
   tenant: string;
-  /** Shortened as the logs shorten keys. */
+  /** Shortened (`boardKey`): never the whole key, but two keys always read apart. */
   key: string;
   /** Names this attempt for a release; it changes on every takeover, so a release never hits a newer attempt. */
   ref: string;
@@ -46,12 +46,14 @@ export interface StuckKey {
 
 export interface KeyDetails {
   tenant: string;
+  /** Shortened as in the stuck keys' list (`boardKey`); the operator who typed the key has it in full. */
   key: string;
   state: BoardKeyState;
   attempt: number;
   generation: string | null;
   createdAt: string;
-  leaseExpiresAt: string;
+  /** While the key is in flight (`in-flight`, `lease-passed`); null once it completed or expired. */
+  leaseExpiresAt: string | null;
   completedAt: string | null;
   expiresAt: string;
   responseStatus: number | null;
@@ -172,7 +174,7 @@ export class BoardQueries {
     );
     return rows.map((row) => ({
       tenant: row.tenant_id,
-      key: redactKey(row.key),
+      key: boardKey(row.key),
       ref: row.owner_token,
       attempt: row.attempt,
       createdAt: row.created_at.toISOString(),
@@ -221,12 +223,12 @@ export class BoardQueries {
           : 'in-flight';
     const details: KeyDetails = {
       tenant: row.tenant_id,
-      key: redactKey(row.key),
+      key: boardKey(row.key),
       state,
       attempt: row.attempt,
       generation: row.generation,
       createdAt: row.created_at.toISOString(),
-      leaseExpiresAt: row.lease_expires_at.toISOString(),
+      leaseExpiresAt: state === 'in-flight' || state === 'lease-passed' ? row.lease_expires_at.toISOString() : null,
       completedAt: row.completed_at?.toISOString() ?? null,
       expiresAt: row.expires_at.toISOString(),
       responseStatus: row.response_status,
