@@ -86,6 +86,12 @@ export const messages = {
       `do${missing.length > 1 ? '' : 'es'} not exist. The claim and the completion call them. ${table.migration} creates them ` +
       'with the table: run it (again, on a table made by an older version: its statements are idempotent), or, without ' +
       'migrations, use `synchronize: true`, with which the module creates them at start-up.',
+    partitionedRequestTransactionIsolation: (tableName: string) =>
+      `IdempotencyModule: claimMode 'request-transaction' on the partitioned key table "${tableName}" needs the ` +
+      "handler's transaction at READ COMMITTED, and this data source's transactions default to a stricter level " +
+      '(its `isolationLevel`, or the default of the database, the role or the connection). There a claim made inside ' +
+      "the transaction could miss a key another instance just committed, in another partition. Use claimMode 'separate' " +
+      '(it claims at READ COMMITTED whatever the default), the plain key table, or READ COMMITTED.',
     functionsFromOlderVersion: (table: TableFix, stale: readonly string[]) =>
       `IdempotencyModule: the claim function${stale.length > 1 ? 's' : ''} ${stale.join(', ')} of the key table ` +
       `"${table.name}" ${stale.length > 1 ? 'were' : 'was'} created by an older version of the module, without the key's ` +

@@ -299,37 +299,6 @@ export const WAIT_FOR_KEY_LOCK = `BEGIN
          PERFORM set_config('lock_timeout', v_lock_timeout, true);`;
 
 /**
- * Under REPEATABLE READ or SERIALIZABLE (the data source's, or a default of
- * the server, the database, the role or the connection) a request-transaction
- * claim's snapshot was taken when its statement began, before it held the
- * key's lock: it would miss what the key's previous holder committed since,
- * and run the work a second time. Such a claim answers `retry`, and the store
- * starts the transaction again, with a snapshot taken after that commit (whose
- * answer, a replay, the claim then reads without the lock). After a wait the
- * holder has just committed, or given up; taken at once, the holder can still
- * have committed between the snapshot and the lock: the claim retries when
- * any transaction has committed since its snapshot (one running when it was
- * taken, or one begun after it and before the first call of age() in this
- * transaction, which comes after the lock).
- *
- * @param waited the lock was waited for
- */
-export function retryStaleSnapshot(waited: boolean): string {
-  const committedSince = `EXISTS (
-              SELECT 1 FROM pg_snapshot_xip(pg_current_snapshot()) AS x(id) WHERE pg_xact_status(x.id) = 'committed')
-            OR EXISTS (
-              SELECT 1
-                FROM (SELECT pg_snapshot_xmax(pg_current_snapshot()) AS xmax) AS s,
-                     generate_series(0, age(s.xmax::text::xid) - 1) AS n
-               WHERE pg_xact_status((s.xmax::text::bigint + n)::text::xid8) = 'committed')`;
-  return `IF current_setting('transaction_isolation') <> 'read committed' ${waited ? '' : `AND (${committedSince})`} THEN
-           RETURN QUERY SELECT 'retry'::text, NULL::integer, NULL::text, NULL::integer, NULL::integer, NULL::jsonb,
-             NULL::bytea, NULL::text, NULL::text;
-           RETURN;
-         END IF;`;
-}
-
-/**
  * The completion functions: a fenced UPDATE by tenant, key and owner token,
  * the same on the plain and the partitioned table (where it finds the row in
  * whichever partition holds it).
@@ -351,12 +320,19 @@ export function completionFunctions(tableName: string): string[] {
      END
      $fn$`,
     // request-transaction mode: nobody needs to see an in-flight row that only this transaction could ever commit,
-    // so a new key is written once, completed, by complete_in_transaction. The claim reads first: a replay, a 409
-    // for an attempt of the other mode, a 422 take no lock. To claim, it takes the key's lock (waiting for an attempt
-    // that holds it: see WAIT_FOR_KEY_LOCK, retryStaleSnapshot), then decides on the row as read under the lock. An
-    // in-flight row whose lease lapsed (whatever its TTL) is taken over in place at once, by the ordinary claim, so
-    // that its old owner's completion is fenced from this moment on. A claim of the other mode writes only under
-    // the same lock, so it never starts while this one runs.
+    // so under READ COMMITTED a new key is written once, completed, by complete_in_transaction. The claim reads first:
+    // a replay, a 409 for an attempt of the other mode, a 422 take no lock. To claim, it takes the key's lock
+    // (waiting for an attempt that holds it: see WAIT_FOR_KEY_LOCK), reads again what the holder committed, and
+    // decides. An in-flight row whose lease lapsed (whatever its TTL) is taken over in place at once, by the ordinary
+    // claim, so that its old owner's completion is fenced from this moment on. A claim of the other mode writes only
+    // under the same lock, so it never starts while this one runs.
+    //
+    // Under REPEATABLE READ or SERIALIZABLE (the data source's, or a default of the server, the database, the role or
+    // the connection) the transaction's snapshot was taken when this statement began, before it held the lock: what
+    // the key's previous holder committed since is invisible to every read of it. There the claim writes the
+    // in-flight row at once, through the ordinary claim: its INSERT ... ON CONFLICT meets the row the snapshot
+    // misses and fails with a serialization failure (40001), and the store starts the transaction again, with a
+    // snapshot that sees that row (a replay, then read without the lock).
     `CREATE OR REPLACE FUNCTION ${fn(t, 'claim_in_transaction')}${CLAIM_FUNCTION_SIGNATURE}
      LANGUAGE plpgsql AS $fn$
      -- ${KEY_FUNCTIONS_VERSION}
@@ -385,16 +361,13 @@ export function completionFunctions(tableName: string): string[] {
            RETURN;
          END IF;
          EXIT WHEN i = 2;
-         IF pg_try_advisory_xact_lock(v_lock) THEN
-           ${retryStaleSnapshot(false)}
-           EXIT;
-         END IF;
+         EXIT WHEN pg_try_advisory_xact_lock(v_lock);
          ${WAIT_FOR_KEY_LOCK}
-         ${retryStaleSnapshot(true)}
-         -- READ COMMITTED: the next statement reads what the holder committed.
+         -- The next statement reads what the holder committed (READ COMMITTED; under a stricter level, see above).
        END LOOP;
-       IF v_found AND r.status = 'in_flight' THEN
-         -- Its lease lapsed: taken over in place (or claimed anew when its TTL ended too), as the ordinary claim does.
+       IF (v_found AND r.status = 'in_flight') OR current_setting('transaction_isolation') <> 'read committed' THEN
+         -- Its lease lapsed: taken over in place (or claimed anew when its TTL ended too), as the ordinary claim does;
+         -- or, under a stricter isolation level, any claim: written now (see above).
          RETURN QUERY SELECT * FROM ${fn(t, 'claim')}(p_tenant, p_key, p_fingerprint, p_owner, p_lease_ms, p_ttl_ms, NULL);
          RETURN;
        END IF;

@@ -16,13 +16,15 @@ import {
 } from '../core/idempotency-store.js';
 import { FENCE_LOST_SQLSTATE, keyStoreStatements } from './key-store.sql.js';
 import { installRedactingLogger, redactQueryError } from './redacting-logger.js';
+import { IdempotencyConfigurationError } from '../errors/configuration.error.js';
+import { messages } from '../errors/messages.js';
 import { pipelined, type PipelineClient, type PipelinedResult, type PipelinedStatement } from './pipelined.js';
 import { quoteTableName } from './identifiers.js';
 import { deleteInPacedBatches } from './paced-batches.js';
 import { PartitionRetention, type PartitionStatus } from './partitioned/partition-retention.js';
 
 interface ClaimRow {
-  state: 'claimed' | 'in_flight' | 'completed' | 'mismatch' | 'retry';
+  state: 'claimed' | 'in_flight' | 'completed' | 'mismatch';
   attempt: number;
   generation: string | null;
   retry_after: number | null;
@@ -45,7 +47,10 @@ const ADMIN_SHUTDOWN = '57P01';
  */
 const BEGIN_READ_COMMITTED = 'BEGIN ISOLATION LEVEL READ COMMITTED';
 
-/** A request-transaction claim whose snapshot predates the key's last commit: the transaction starts again. */
+/**
+ * A request-transaction claim whose snapshot predates the key's last commit (REPEATABLE READ, SERIALIZABLE): its
+ * write met the row the snapshot missed (a serialization failure), and the transaction starts again.
+ */
 const STALE_SNAPSHOT = Symbol('stale snapshot');
 
 /** How often `begin` starts a request-transaction attempt again for a stale snapshot, at least, before answering 409. */
@@ -204,9 +209,9 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
    * @param tx claim inside this transaction (request-transaction mode) instead
    *   of committing on its own; a concurrent claim of the same key then waits
    *   for the key's lock at most `lockTimeoutMs`, and a timeout reads as in
-   *   flight. (A claim whose snapshot predates the key's last commit, under
-   *   REPEATABLE READ or SERIALIZABLE, also reads as in flight here: `begin`
-   *   starts such a transaction again instead.)
+   *   flight. (Under REPEATABLE READ or SERIALIZABLE a claim whose snapshot
+   *   predates the key's last commit throws a serialization failure here:
+   *   `begin` starts such a transaction again instead.)
    */
   async claim(request: ClaimRequest, tx?: EntityManager, lockTimeoutMs?: number): Promise<ClaimResult> {
     if (!tx) return this.claimResult((await this.claimAlone(request))[0], request);
@@ -361,15 +366,20 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
    * - `request-transaction`: `START TRANSACTION`, the claim, `SAVEPOINT`. The
    *   savepoint lets a failure's response be stored under the key's lock, so a
    *   duplicate waiting on it finds the stored answer. The transaction keeps
-   *   the app's isolation level; a claim whose snapshot predates the key's
-   *   last commit answers `retry`, and the transaction starts again.
+   *   the app's isolation level; under a stricter one than READ COMMITTED a
+   *   claim whose snapshot predates the key's last commit fails with a
+   *   serialization failure, and the transaction starts again (the
+   *   partitioned table refuses the mode there).
    *
    * Behind PgBouncer in transaction pooling the pipeline ends inside an open
    * transaction, so the server connection stays with this client.
    */
   override async begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs = 0): Promise<Begun<EntityManager>> {
-    // A stale snapshot means the key's lock was waited for, or a commit landed as the transaction began: start again,
-    // waiting for the key no longer in all than the caller allows, and a few times at least.
+    if (mode === 'request-transaction' && this.partitions && !(await this.businessReadCommitted())) {
+      throw new IdempotencyConfigurationError(messages.config.partitionedRequestTransactionIsolation(this.tableName));
+    }
+    // A stale snapshot means the key's previous holder committed after the transaction began: start again, waiting for
+    // the key no longer in all than the caller allows, and a few times at least.
     const deadline = Date.now() + lockTimeoutMs;
     for (let tries = 1; ; tries++) {
       const begun = await this.beginOnce(request, mode, Math.max(0, deadline - Date.now()));
@@ -421,10 +431,6 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       throw error;
     }
     const row = claimed.rows[0] as ClaimRow | undefined;
-    if (row?.state === 'retry') {
-      await this.abandon(runner);
-      return STALE_SNAPSHOT;
-    }
     const claim = this.claimResult(row, request);
     if (mode === 'separate') this.noteClaim(claim);
     if (claim.state !== 'claimed') {

@@ -4,7 +4,6 @@ import {
   HELD_ELSEWHERE,
   KEY_FUNCTIONS_VERSION,
   WAIT_FOR_KEY_LOCK,
-  retryStaleSnapshot,
   completionFunctions,
   keyLock,
   keyStoreFunction,
@@ -93,6 +92,9 @@ export function partitionedFunction(quotedTable: string, name: PartitionedFuncti
   return `${quotedTable.slice(0, -1)}_${name}"`;
 }
 
+/** SQLSTATE of a partitioned claim that would write outside READ COMMITTED (feature_not_supported). */
+export const PARTITIONED_ISOLATION_SQLSTATE = '0A000';
+
 /** Marks the claim function of a partitioned table, so the start-up check can tell it from the plain table's. */
 export const PARTITIONED_CLAIM_MARKER = 'nest-idempotency-pg: claim of a partitioned key table';
 
@@ -136,7 +138,7 @@ export function createPartitionedTableStatements(tableName: string, layout: Part
  * replay, a 409, a 422 never wait); a claim that would write answers in
  * flight instead, since another attempt of the key (a claim, or a
  * request-transaction attempt that has written nothing yet) holds it. In
- * `request-transaction` mode the lock is waited for (WAIT_FOR_KEY_LOCK, retryStaleSnapshot).
+ * `request-transaction` mode the lock is waited for (WAIT_FOR_KEY_LOCK); that mode needs READ COMMITTED here.
  */
 function partitionedClaimFunction(tableName: string): string {
   const t = quoteTableName(tableName);
@@ -153,9 +155,6 @@ function partitionedClaimFunction(tableName: string): string {
      BEGIN
        -- Uncontended (the common case: a new key, a replay), the lock is free: taken now, the claim reads once.
        locked := pg_try_advisory_xact_lock(v_lock);
-       IF locked THEN
-         ${retryStaleSnapshot(false)}
-       END IF;
        FOR i IN 1..4 LOOP
          -- The key's row that is not inert, in whichever partition: there is at most one (inert rows, of earlier
          -- uses of the key, never decide anything).
@@ -189,9 +188,18 @@ function partitionedClaimFunction(tableName: string): string {
              RETURN;
            END IF;
            ${WAIT_FOR_KEY_LOCK}
-           ${retryStaleSnapshot(true)}
            locked := true;
            CONTINUE;
+         END IF;
+         IF current_setting('transaction_isolation') <> 'read committed' THEN
+           -- Under REPEATABLE READ or SERIALIZABLE every read sees the snapshot taken when this statement began,
+           -- before the lock: it would miss a row of the key that a claim holding the lock committed since, in any
+           -- partition (no unique index spans them to catch it). The store claims at READ COMMITTED in claim mode
+           -- separate, and refuses request-transaction mode on this table at a stricter level.
+           RAISE EXCEPTION 'a claim on the partitioned key table % needs READ COMMITTED, not %', ${literal(tableName)},
+             current_setting('transaction_isolation')
+             USING ERRCODE = '${PARTITIONED_ISOLATION_SQLSTATE}',
+                   HINT = 'Use claimMode ''separate'' with the partitioned table, or run the transaction at READ COMMITTED.';
          END IF;
          IF v_current AND r.status = 'in_flight' AND r.expires_at > now() THEN
            -- Its lease lapsed, same fingerprint: take it over in place (its partition stays; a claim never moves a row).
