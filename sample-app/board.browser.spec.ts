@@ -110,6 +110,19 @@ describeEachWithBrowser(ADAPTERS, 'the operator board in Chromium, sample app ov
     expect(problems).toEqual([]);
   });
 
+  it("names a handler's 500 (5xx, key kept) in the chart, its legend and the routes table", async () => {
+    const failed = await createCharge(url, randomUUID(), { ...charge, simulate: { outcome: 'error' } });
+    expect(failed.status).toBe(500);
+    await page.goto(`${url}/board`);
+    await page.locator('#outcome-chart rect.bar.kept').first().waitFor();
+    expect(await page.locator('#legend').textContent()).toContain('5xx, key kept');
+    expect(await page.locator('#legend').textContent()).not.toMatch(/\bother\b/);
+    const headers = await page.locator('#routes thead th').allTextContents();
+    const row = await page.locator('#routes tbody tr', { hasText: 'ChargesController.create' }).locator('td').allTextContents();
+    expect(row[headers.indexOf('5xx, key kept')]).toMatch(/^[1-9]\d*$/);
+    expect(problems).toEqual([]);
+  });
+
   it('shows a stuck key, and releases it after a confirmation: the retry then runs', async () => {
     const key = randomUUID();
     const customer = `cus_stuck_${adapter}`;

@@ -57,6 +57,12 @@ class WorkController {
     await this.gates.pass(label);
     return { label };
   }
+
+  @Post('fail/:label')
+  @Idempotent()
+  fail(): never {
+    throw new Error('the handler failed');
+  }
 }
 
 /** The app's operator guard: `X-Operator: admin` sees every tenant, `X-Operator: tenant:<t>` one tenant. */
@@ -392,6 +398,28 @@ describe.each(ADAPTERS)('IdempotencyBoardModule over %s', (adapter) => {
     const routeAfter = after.outcomes.perRoute.find((r: { route: string }) => r.route === 'WorkController.work');
     expect(routeAfter).toMatchObject({ executed: before.executed, replayed: before.replayed + 1 });
     expect(after.outcomes.perMinute[59].replayed).toBeGreaterThanOrEqual(1);
+  });
+
+  it("charts a handler's 500 under its own name (5xx, key kept), per minute and per route, never as 'other'", async () => {
+    const admin = await operatorSession(url, 'admin');
+    const keptBefore = (await admin.get('overview'))
+      .json()
+      .outcomes.perMinute.reduce((n: number, m: { kept: number }) => n + m.kept, 0);
+    const failed = await send(url, 'POST', `/work/fail/f-${Date.now()}`, {
+      headers: [
+        ['X-Tenant', 'tenant-a'],
+        ['Idempotency-Key', `fail-${Date.now()}`],
+      ],
+      body: {},
+    });
+    expect(failed.status).toBe(500);
+    const { outcomes } = (await admin.get('overview')).json();
+    expect(outcomes.perMinute.reduce((n: number, m: { kept: number }) => n + m.kept, 0)).toBe(keptBefore + 1);
+    const route = outcomes.perRoute.find((r: { route: string }) => r.route === 'WorkController.fail');
+    expect(route).toMatchObject({ kept: 1, executed: 0, 'failure-stored': 0, released: 0, error: 0 });
+    expect(route).not.toHaveProperty('other');
+    const script = await send(url, 'GET', '/board/assets/board.js', { headers: [['X-Operator', 'admin']] });
+    expect(script.text()).toContain("kept: '5xx, key kept'");
   });
 
   it("shows a scoped operator one tenant's keys and outcomes, nothing of another tenant", async () => {

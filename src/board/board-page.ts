@@ -58,7 +58,7 @@ export function boardPage(page: { base: string; csrfToken: string; scope: BoardS
     <div id="chart" class="chart"></div>
     <ul id="legend" class="legend"></ul>
     <h3>Per route, last hour</h3>
-    <table id="routes"><thead><tr><th>Route</th><th>Executed</th><th>Replayed</th><th>409</th><th>422</th><th>503</th><th>Takeovers</th><th>Other</th></tr></thead><tbody></tbody></table>
+    <table id="routes"><thead><tr><th>Route</th></tr></thead><tbody></tbody></table>
   </div>
 </section>
 <section id="stuck">

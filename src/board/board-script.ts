@@ -15,10 +15,13 @@ export const BOARD_SCRIPT = String.raw`(function () {
   var base = meta('board-base');
   var csrf = meta('board-csrf');
   var scopedTenant = meta('board-tenant');
-  var OUTCOMES = ['executed', 'replayed', 'conflict', 'mismatch', 'unavailable', 'takeover', 'other'];
+  // CHARTED_OUTCOMES (outcome-history.ts), in its order; a label says what the client was answered where it is known.
+  var OUTCOMES = ['executed', 'takeover', 'replayed', 'failure-stored', 'kept', 'released', 'conflict', 'lease-lost',
+    'mismatch', 'unavailable', 'error'];
   var OUTCOME_LABELS = {
-    executed: 'executed', replayed: 'replayed', conflict: '409 in flight', mismatch: '422 mismatch',
-    unavailable: '503 unavailable', takeover: 'takeover', other: 'other'
+    executed: 'executed', takeover: 'takeover', replayed: 'replayed', 'failure-stored': '4xx stored',
+    kept: '5xx, key kept', released: 'failed, key released', conflict: '409 in flight', 'lease-lost': '409 lease lost',
+    mismatch: '422 mismatch', unavailable: '503 unavailable', error: '500 module error'
   };
 
   function $(id) { return document.getElementById(id); }
@@ -190,6 +193,8 @@ export const BOARD_SCRIPT = String.raw`(function () {
   }
 
   function renderRoutes(perRoute) {
+    var head = $('routes').querySelector('thead tr');
+    if (head.children.length === 1) OUTCOMES.forEach(function (outcome) { head.appendChild(el('th', {}, [OUTCOME_LABELS[outcome]])); });
     var body = clear($('routes').querySelector('tbody'));
     perRoute.forEach(function (row) {
       body.appendChild(el('tr', {}, [el('td', {}, [row.route])].concat(OUTCOMES.map(function (outcome) { return el('td', {}, [row[outcome]]); }))));

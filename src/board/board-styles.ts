@@ -39,13 +39,17 @@ pre { background: var(--panel); padding: 8px; overflow: auto; max-height: 300px;
 .chart .axis { fill: var(--muted); font-size: 10px; }
 .legend { list-style: none; display: flex; gap: 14px; flex-wrap: wrap; padding: 0; }
 .swatch { display: inline-block; width: 10px; height: 10px; margin-right: 4px; border-radius: 2px; }
-.executed { fill: #2e7d32; background: #2e7d32; }
-.replayed { fill: #1565c0; background: #1565c0; }
-.conflict { fill: #ef6c00; background: #ef6c00; }
-.mismatch { fill: #8e24aa; background: #8e24aa; }
-.unavailable { fill: #c62828; background: #c62828; }
-.takeover { fill: #00897b; background: #00897b; }
-.other { fill: #9e9e9e; background: #9e9e9e; }
+.bar.executed, .swatch.executed { fill: #2e7d32; background: #2e7d32; }
+.bar.takeover, .swatch.takeover { fill: #00897b; background: #00897b; }
+.bar.replayed, .swatch.replayed { fill: #1565c0; background: #1565c0; }
+.bar.failure-stored, .swatch.failure-stored { fill: #f9a825; background: #f9a825; }
+.bar.kept, .swatch.kept { fill: #d84315; background: #d84315; }
+.bar.released, .swatch.released { fill: #8d6e63; background: #8d6e63; }
+.bar.conflict, .swatch.conflict { fill: #ef6c00; background: #ef6c00; }
+.bar.lease-lost, .swatch.lease-lost { fill: #ad1457; background: #ad1457; }
+.bar.mismatch, .swatch.mismatch { fill: #8e24aa; background: #8e24aa; }
+.bar.unavailable, .swatch.unavailable { fill: #c62828; background: #c62828; }
+.bar.error, .swatch.error { fill: #424242; background: #424242; }
 dialog { border: 1px solid var(--line); border-radius: 8px; max-width: 520px; }
 dialog .buttons { display: flex; justify-content: flex-end; gap: 8px; }
 #toast { position: fixed; bottom: 16px; right: 16px; padding: 8px 14px; border-radius: 6px; background: var(--ink); color: #fff; display: none; max-width: 480px; }

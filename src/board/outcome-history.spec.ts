@@ -17,14 +17,23 @@ describe('OutcomeHistory', () => {
 
     const all = history.perMinute(null);
     expect(all).toHaveLength(60);
-    expect(all[58]).toMatchObject({ minute: '2026-12-02T10:00:00.000Z', executed: 1, replayed: 1, other: 1 });
+    expect(all[58]).toMatchObject({ minute: '2026-12-02T10:00:00.000Z', executed: 1, replayed: 1, 'lease-lost': 1 });
     expect(all[59]).toMatchObject({ minute: '2026-12-02T10:01:00.000Z', conflict: 1, executed: 0 });
-    expect(history.perMinute('b')[58]).toMatchObject({ executed: 0, replayed: 0, other: 1 });
-    expect(history.perMinute('nobody').every((m) => m.executed + m.other === 0)).toBe(true);
+    expect(history.perMinute('b')[58]).toMatchObject({ executed: 0, replayed: 0, 'lease-lost': 1 });
+    expect(history.perMinute('nobody').every((m) => m.executed + m['lease-lost'] === 0)).toBe(true);
 
     now += 60 * 60_000;
     expect(history.perMinute(null).some((m) => m.executed > 0)).toBe(false);
     expect(history.perRoute(null)).toEqual([]);
+  });
+
+  it("counts each outcome under its own name: a handler's 5xx (key kept) is not lumped with the others", () => {
+    const history = new OutcomeHistory(60, 10, 10, () => 0);
+    for (const kind of ['kept', 'kept', 'failure-stored', 'released', 'error'] as const) history.record(outcome(kind), 'a');
+    expect(history.perRoute('a')).toEqual([
+      expect.objectContaining({ route: 'Charges.create', kept: 2, 'failure-stored': 1, released: 1, error: 1, executed: 0 }),
+    ]);
+    expect(history.perRoute('a')[0]).not.toHaveProperty('other');
   });
 
   it('keeps its memory bounded: tenants and routes past the bounds still count in the every-tenant view', () => {

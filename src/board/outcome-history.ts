@@ -1,18 +1,34 @@
 import type { IdempotencyEvent, IdempotencyOutcome } from '../core/observer.js';
 
-/** The outcomes the board charts; the rest of `IdempotencyOutcome` count as `other`. */
-export const CHARTED_OUTCOMES = ['executed', 'replayed', 'conflict', 'mismatch', 'unavailable', 'takeover', 'other'] as const;
+/**
+ * Every outcome, each charted under its own name, in the chart's order: what ran or replayed,
+ * then the handler's failures (a 4xx it threw, stored; a 5xx or an unknown error, its key kept
+ * until the lease ends; a failure whose key was given back, such as a body the validation pipe
+ * rejected), then the module's own answers.
+ */
+export const CHARTED_OUTCOMES = [
+  'executed',
+  'takeover',
+  'replayed',
+  'failure-stored',
+  'kept',
+  'released',
+  'conflict',
+  'lease-lost',
+  'mismatch',
+  'unavailable',
+  'error',
+] as const satisfies readonly IdempotencyOutcome[];
 export type ChartedOutcome = (typeof CHARTED_OUTCOMES)[number];
 export type OutcomeCounts = Record<ChartedOutcome, number>;
+/** Fails to compile when an outcome is added to `IdempotencyOutcome` and not to the chart. */
+const everyOutcomeCharted: [Exclude<IdempotencyOutcome, ChartedOutcome>] extends [never] ? true : never = true;
+void everyOutcomeCharted;
 
 const MINUTE_MS = 60_000;
 
-function chartedAs(outcome: IdempotencyOutcome): ChartedOutcome {
-  return (CHARTED_OUTCOMES as readonly string[]).includes(outcome) ? (outcome as ChartedOutcome) : 'other';
-}
-
 function emptyCounts(): OutcomeCounts {
-  return { executed: 0, replayed: 0, conflict: 0, mismatch: 0, unavailable: 0, takeover: 0, other: 0 };
+  return Object.fromEntries(CHARTED_OUTCOMES.map((outcome) => [outcome, 0])) as OutcomeCounts;
 }
 
 /** Outcomes of tenants past `maxTenants` in one minute: counted, but shown only in the every-tenant view. */
@@ -81,7 +97,7 @@ export class OutcomeHistory {
       counts = emptyCounts();
       routes.set(route, counts);
     }
-    counts[chartedAs(event.outcome)]++;
+    counts[event.outcome]++;
   }
 
   /** Every minute of the window, empty ones included, oldest first. */
