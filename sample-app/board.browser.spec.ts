@@ -106,7 +106,10 @@ describeEachWithBrowser(ADAPTERS, 'the operator board in Chromium, sample app ov
     expect(await page.locator('#tenants tbody tr').allTextContents()).toEqual([expect.stringMatching(/^tenant-a/)]);
     expect(await page.locator('#outcome-chart rect.bar.executed').count()).toBeGreaterThan(0);
     expect(await page.locator('#outcome-chart rect.bar.replayed').count()).toBeGreaterThan(0);
-    expect(await page.locator('#routes tbody').textContent()).toContain('ChargesController.create');
+    // What a request names, the handler as a detail beneath it.
+    const route = page.locator('#routes tbody td.route', { hasText: 'ChargesController.create' });
+    expect(await route.textContent()).toBe('POST /chargesChargesController.create');
+    expect(await route.locator('.handler').textContent()).toBe('ChargesController.create');
     expect(problems).toEqual([]);
   });
 

@@ -391,7 +391,8 @@ describe.each(ADAPTERS)('IdempotencyBoardModule over %s', (adapter) => {
     const route = (overview.outcomes.perRoute as Array<Record<string, number | string>>).find(
       (r) => r.route === 'WorkController.work',
     );
-    expect(route).toMatchObject({ executed: expect.any(Number), replayed: expect.any(Number) });
+    // Named as a request names it, with the handler the events name beside it.
+    expect(route).toMatchObject({ label: 'POST /work/:label', executed: expect.any(Number), replayed: expect.any(Number) });
     const before = { executed: route!.executed as number, replayed: route!.replayed as number };
     await work(url, `${label}-a`, 'key-completed-1', 'tenant-a');
     const after = (await admin.get('overview')).json();

@@ -197,7 +197,10 @@ export const BOARD_SCRIPT = String.raw`(function () {
     if (head.children.length === 1) OUTCOMES.forEach(function (outcome) { head.appendChild(el('th', {}, [OUTCOME_LABELS[outcome]])); });
     var body = clear($('routes').querySelector('tbody'));
     perRoute.forEach(function (row) {
-      body.appendChild(el('tr', {}, [el('td', {}, [row.route])].concat(OUTCOMES.map(function (outcome) { return el('td', {}, [row[outcome]]); }))));
+      // What a request names, the handler beneath it as a detail.
+      var route = el('td', { class: 'route' }, [row.label || row.route]);
+      if (row.label && row.label !== row.route) route.appendChild(el('div', { class: 'handler' }, [row.route]));
+      body.appendChild(el('tr', {}, [route].concat(OUTCOMES.map(function (outcome) { return el('td', {}, [row[outcome]]); }))));
     });
   }
 

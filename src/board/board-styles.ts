@@ -23,6 +23,7 @@ th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--line
 th { color: var(--muted); font-weight: 500; }
 tr.lease-passed td { background: #fff4e5; }
 td.key { font-family: ui-monospace, monospace; }
+td.route .handler { color: var(--muted); font-size: 12px; }
 td.error, p.error { color: var(--bad); }
 .pair { display: flex; gap: 48px; flex-wrap: wrap; }
 dl { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; margin: 0; }

@@ -27,6 +27,7 @@ import { BoardGuard, scopeOf } from './board.guard.js';
 import { BOARD_OPTIONS, BoardKeyStore, type BoardScope, type ResolvedBoardOptions } from './board.options.js';
 import { BOARD_STATEMENT_TIMEOUT_MS, BoardQueries, type TenantFilter } from './board.queries.js';
 import { BoardOutcomes } from './board-outcomes.js';
+import { BoardRouteLabels } from './route-labels.js';
 
 /** The request fields the board reads, the same on Express and Fastify. */
 interface BoardRequest {
@@ -103,6 +104,7 @@ export class BoardControllerBase {
     @Inject(IDEMPOTENCY_OPTIONS) private readonly moduleOptions: ResolvedIdempotencyOptions,
     private readonly queries: BoardQueries,
     private readonly outcomes: BoardOutcomes,
+    private readonly routeLabels: BoardRouteLabels,
     private readonly sweeper: IdempotencySweeper,
     private readonly idempotency: IdempotencyService,
     @Inject(BoardKeyStore) private readonly store: PostgresIdempotencyStore,
@@ -159,7 +161,13 @@ export class BoardControllerBase {
           : null,
       },
       outbox: outbox ?? null,
-      outcomes: { perMinute: this.outcomes.history.perMinute(tenant), perRoute: this.outcomes.history.perRoute(tenant) },
+      outcomes: {
+        perMinute: this.outcomes.history.perMinute(tenant),
+        // What a request names (`POST /charges`) beside the handler the events name (`ChargesController.create`).
+        perRoute: this.outcomes.history
+          .perRoute(tenant)
+          .map((row) => ({ ...row, label: this.routeLabels.of(row.route) ?? row.route })),
+      },
     };
   }
 

@@ -1,4 +1,5 @@
 import { Inject, Logger, Module, type DynamicModule, type OnModuleInit } from '@nestjs/common';
+import { DiscoveryModule } from '@nestjs/core';
 import type { DataSource } from 'typeorm';
 import { IdempotencyStore } from '../core/idempotency-store.js';
 import { IdempotencyConfigurationError } from '../errors/configuration.error.js';
@@ -12,6 +13,7 @@ import { boardController } from './board.controller.js';
 import { BoardGuard } from './board.guard.js';
 import { BOARD_OPTIONS, BoardKeyStore, type IdempotencyBoardOptions, type ResolvedBoardOptions } from './board.options.js';
 import { BoardQueries } from './board.queries.js';
+import { BoardRouteLabels } from './route-labels.js';
 
 const PATH = /^[A-Za-z0-9._~-]+(\/[A-Za-z0-9._~-]+)*$/;
 
@@ -47,7 +49,8 @@ export class IdempotencyBoardModule implements OnModuleInit {
     const resolved = resolveBoardOptions(options);
     return {
       module: IdempotencyBoardModule,
-      imports: options.imports ?? [],
+      // DiscoveryModule: the pass over the app's routes that names them as requests do (BoardRouteLabels).
+      imports: [DiscoveryModule, ...(options.imports ?? [])],
       controllers: [boardController(resolved.path)],
       providers: [
         { provide: BOARD_OPTIONS, useValue: resolved },
@@ -71,6 +74,7 @@ export class IdempotencyBoardModule implements OnModuleInit {
           inject: [BoardKeyStore, IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS],
         },
         BoardOutcomes,
+        BoardRouteLabels,
         BoardGuard,
         BoardProblemFilter,
       ],
