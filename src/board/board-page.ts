@@ -63,7 +63,7 @@ export function boardPage(page: { base: string; csrfToken: string; scope: BoardS
 </section>
 <section id="stuck">
   <h2>Stuck keys</h2>
-  <p class="note">In-flight keys, those past their lease first, then the longest held. Keys are shortened as the logs shorten them.</p>
+  <p class="note">In-flight keys, those past their lease first, then the longest held. Keys are never shown whole: their first and last characters, length and tag tell them apart.</p>
   <table id="stuck-keys"><thead><tr><th>Tenant</th><th>Key</th><th>Attempt</th><th>Age</th><th>Lease ends</th><th></th></tr></thead><tbody></tbody></table>
 </section>
 <section id="lookup">

@@ -44,8 +44,8 @@ pre { background: var(--panel); padding: 8px; overflow: auto; max-height: 300px;
 .bar.takeover, .swatch.takeover { fill: #00897b; background: #00897b; }
 .bar.replayed, .swatch.replayed { fill: #1565c0; background: #1565c0; }
 .bar.failure-stored, .swatch.failure-stored { fill: #f9a825; background: #f9a825; }
-.bar.kept, .swatch.kept { fill: #d84315; background: #d84315; }
-.bar.released, .swatch.released { fill: #8d6e63; background: #8d6e63; }
+.bar.kept, .swatch.kept { fill: #6d4c41; background: #6d4c41; }
+.bar.released, .swatch.released { fill: #b0bec5; background: #b0bec5; }
 .bar.conflict, .swatch.conflict { fill: #ef6c00; background: #ef6c00; }
 .bar.lease-lost, .swatch.lease-lost { fill: #ad1457; background: #ad1457; }
 .bar.mismatch, .swatch.mismatch { fill: #8e24aa; background: #8e24aa; }
