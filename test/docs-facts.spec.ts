@@ -44,6 +44,17 @@ describe("docs/tsconfig.md says what package.json's exports and peers are", () =
 });
 
 describe('the README is a front page', () => {
+  it('warns in the Quick start that a 4xx the handler throws is replayed, and shows the switch to Fastify', async () => {
+    const readme = await read('README.md');
+    const quickStart = readme.slice(
+      readme.indexOf('\n## Quick start'),
+      readme.indexOf('\n## ', readme.indexOf('\n## Quick start') + 1),
+    );
+    expect(quickStart).toContain('**A 4xx your handler throws is its answer, and is replayed.**');
+    expect(quickStart).toMatch(/a corrected body under it is a 422/);
+    expect(quickStart).toContain('new FastifyAdapter()');
+  });
+
   it('stays under 400 lines, the rest in the guides', async () => {
     expect((await read('README.md')).split('\n').length).toBeLessThan(400);
   });
