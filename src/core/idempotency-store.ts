@@ -1,4 +1,4 @@
-/** One stored response: what a replay sends back. Header names are lower case. */
+/** One stored response: what a replay sends back. Header names are as first sent (their case, on Express); match them without regard to case. */
 export interface StoredResponse {
   status: number;
   headers: Array<[name: string, value: string]>;
