@@ -10,8 +10,10 @@ import { IdempotencyBoardModule } from '../src/board/index.js';
 import { IdempotencyHealthModule } from '../src/health/index.js';
 import { IdempotencyModule } from '../src/index.js';
 import { IdempotencyOpenApiModule } from '../src/openapi/index.js';
-import { API_KEYS, ApiKeyGuard } from './auth/api-key.guard.js';
+import { API_KEYS, ApiKeyGuard, BOARD_CONTROLLERS } from './auth/api-key.guard.js';
 import type { AuthenticatedRequest } from './auth/authenticated-request.js';
+import { BoardLoginController } from './board-login/board-login.controller.js';
+import { BoardSessions } from './board-login/board-sessions.js';
 import { ChargesModule } from './charges/charges.module.js';
 import type { SampleConfig } from './config.js';
 import { dataSourceOptions } from './database/data-source-options.js';
@@ -27,6 +29,16 @@ export type AppModuleConfig = SampleConfig & { databaseUrl: string };
 @Module({})
 export class AppModule {
   static forRoot(config: AppModuleConfig): DynamicModule {
+    // The operator board at /board, behind the same API keys: each key's holder sees its own tenant only. A
+    // browser signs in at /board/login (BoardLoginController) and the guard takes its session on the board's routes.
+    const board = IdempotencyBoardModule.forRoot({
+      path: 'board',
+      guard: ApiKeyGuard,
+      scope: (context) => {
+        const tenant = context.switchToHttp().getRequest<AuthenticatedRequest>().tenant;
+        return tenant === undefined ? undefined : { tenant };
+      },
+    });
     return {
       module: AppModule,
       imports: [
@@ -86,19 +98,13 @@ export class AppModule {
         OrdersModule.register({ paymentProvider: { url: config.paymentProviderUrl, apiKey: config.paymentProviderKey } }),
         FakePaymentProviderModule.register({ apiKey: config.paymentProviderKey }),
         RefundsModule.register({ consumeMessages: Boolean(config.rabbitmqUrl || config.natsUrl) }),
-        // The operator board at /board, behind the same API keys: each key's holder sees its own tenant only.
-        IdempotencyBoardModule.forRoot({
-          path: 'board',
-          guard: ApiKeyGuard,
-          scope: (context) => {
-            const tenant = context.switchToHttp().getRequest<AuthenticatedRequest>().tenant;
-            return tenant === undefined ? undefined : { tenant };
-          },
-        }),
+        board,
       ],
-      controllers: [HealthController],
+      controllers: [HealthController, BoardLoginController],
       providers: [
         { provide: API_KEYS, useValue: config.apiKeys },
+        BoardSessions,
+        { provide: BOARD_CONTROLLERS, useValue: board.controllers ?? [] },
         // One instance, the global guard and the board's (which finds it among the app's providers).
         ApiKeyGuard,
         { provide: APP_GUARD, useExisting: ApiKeyGuard },

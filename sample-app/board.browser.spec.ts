@@ -74,14 +74,110 @@ describeEachWithBrowser(ADAPTERS, 'the operator board in Chromium, sample app ov
     await db?.end();
   });
 
-  it('refuses a browser without an API key', async () => {
+  it('sends a browser without an API key to the sign-in form; a script without one gets 401', async () => {
     const anonymous = await browser.newContext();
     try {
       const response = await (await anonymous.newPage()).goto(`${url}/board`);
-      expect(response?.status()).toBe(401);
+      expect(response?.status()).toBe(200);
+      expect(response?.url()).toBe(`${url}/board/login`);
+      expect((await send(url, 'GET', '/board')).status).toBe(401);
+      expect((await send(url, 'GET', '/board/api/overview', { headers: [['Accept', 'text/html']] })).status).toBe(401);
     } finally {
       await anonymous.close();
     }
+  });
+
+  it('signs a plain browser in through the form, the key never in a URL nor in the cookie, and out again', async () => {
+    const person = await browser.newContext();
+    const seen: string[] = [];
+    const urls: string[] = [];
+    try {
+      const signIn = await person.newPage();
+      signIn.on('console', (message) => {
+        if (message.type() === 'error') seen.push(message.text());
+      });
+      signIn.on('pageerror', (error) => seen.push(error.message));
+      signIn.on('request', (request) => urls.push(request.url()));
+      expect((await createCharge(url, randomUUID())).status).toBe(201);
+      await signIn.goto(`${url}/board/login`);
+      await signIn.fill('#api-key', KEY_A);
+      await Promise.all([signIn.waitForURL(`${url}/board`), signIn.click('#login-form button[type=submit]')]);
+      // No Authorization header anywhere: the board's counts, scoped to the key's tenant, through the session cookie.
+      await signIn.locator('#count-completed .value').waitFor();
+      expect(await count(signIn, 'count-completed')).toBeGreaterThan(0);
+      expect(await signIn.locator('#tenants tbody tr').allTextContents()).toEqual([expect.stringMatching(/^tenant-a/)]);
+      // An action (a POST with the board's anti-forgery token) works under the session too.
+      await signIn.fill('#lookup-key', 'no-such-key');
+      await signIn.click('#lookup-form button[type=submit]');
+      await signIn.locator('#lookup-error', { hasText: 'No such key for this tenant' }).waitFor();
+
+      const cookies = await person.cookies(`${url}/board`);
+      const session = cookies.find((cookie) => cookie.name === 'sample_board_session');
+      expect(session).toMatchObject({ path: '/board', httpOnly: true, sameSite: 'Strict' });
+      expect(session!.value).toMatch(/^[A-Za-z0-9_-]{43}$/);
+      for (const cookie of cookies) expect(cookie.value).not.toContain(KEY_A);
+      expect(urls.length).toBeGreaterThan(3);
+      for (const visited of urls) expect(decodeURIComponent(visited)).not.toContain(KEY_A);
+      expect(seen.filter((text) => !/status of 404/.test(text))).toEqual([]);
+
+      // The session stands in for the key on the board's routes only.
+      const cookie: [string, string] = ['Cookie', `sample_board_session=${session!.value}`];
+      expect((await send(url, 'GET', '/board/api/overview', { headers: [cookie] })).status).toBe(200);
+      expect((await send(url, 'GET', '/charges', { headers: [cookie] })).status).toBe(401);
+      // An Authorization header, when sent, decides alone.
+      const wrongHeader = await send(url, 'GET', '/board/api/overview', { headers: [cookie, ['Authorization', 'Bearer nope']] });
+      expect(wrongHeader.status).toBe(401);
+
+      await signIn.goto(`${url}/board/login`);
+      expect(await signIn.locator('#signed-in').textContent()).toContain('tenant-a');
+      await Promise.all([signIn.waitForURL(`${url}/board/login`), signIn.click('#logout-form button[type=submit]')]);
+      expect((await person.cookies(`${url}/board`)).find((c) => c.name === 'sample_board_session')).toBeUndefined();
+      expect((await send(url, 'GET', '/board/api/overview', { headers: [cookie] })).status).toBe(401);
+      const again = await signIn.goto(`${url}/board`);
+      expect(again?.url()).toBe(`${url}/board/login`);
+    } finally {
+      await person.close();
+    }
+  });
+
+  it('answers a wrong key with the form again, an error and no cookie', async () => {
+    const person = await browser.newContext();
+    try {
+      const signIn = await person.newPage();
+      await signIn.goto(`${url}/board/login`);
+      await signIn.fill('#api-key', 'not-a-key');
+      const [response] = await Promise.all([
+        signIn.waitForResponse((r) => r.request().method() === 'POST'),
+        signIn.click('#login-form button[type=submit]'),
+      ]);
+      expect(response.status()).toBe(401);
+      expect(response.headers()['set-cookie']).toBeUndefined();
+      await signIn.locator('#login-error', { hasText: 'not valid' }).waitFor();
+      expect(signIn.url()).toBe(`${url}/board/login`);
+      await signIn.locator('#login-form').waitFor();
+      expect(await person.cookies(`${url}/board`)).toEqual([]);
+    } finally {
+      await person.close();
+    }
+  });
+
+  it("refuses a sign-in another site's page posts", async () => {
+    const forged = await send(url, 'POST', '/board/login', {
+      headers: [
+        ['Content-Type', 'application/x-www-form-urlencoded'],
+        ['Sec-Fetch-Site', 'cross-site'],
+      ],
+      rawBody: `apiKey=${KEY_A}`,
+    });
+    expect(forged.status).toBe(403);
+    expect(forged.headers['set-cookie']).toBeUndefined();
+    const plain = await send(url, 'POST', '/board/login', {
+      headers: [['Content-Type', 'application/x-www-form-urlencoded']],
+      rawBody: `apiKey=${KEY_A}`,
+    });
+    expect(plain.status).toBe(303);
+    expect(plain.headers.location).toBe('/board');
+    expect(String(plain.headers['set-cookie'])).not.toContain(KEY_A);
   });
 
   it('shows counts that change after requests, and the outcome chart', async () => {

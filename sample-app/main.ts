@@ -6,7 +6,8 @@ import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { DEFAULT_API_KEYS, loadConfig, parseApiKeys, type SampleConfig } from './config.js';
+import { boardBannerLine, demoKeyOf } from './banner.js';
+import { loadConfig, type SampleConfig } from './config.js';
 import { createSampleApp } from './create-app.js';
 import type { EmbeddedDatabase } from './embedded-postgres.js';
 
@@ -35,6 +36,7 @@ async function main(): Promise<void> {
   const port = new URL(await app.getUrl()).port;
   logger.log(`Database: ${maskPassword(databaseUrl)}${embedded ? ' (embedded, data in .pgdata/sample)' : ''}`);
   logger.log(`OpenAPI: Swagger UI at http://localhost:${port}/docs, the document at http://localhost:${port}/docs-json`);
+  logger.log(boardBannerLine(port, config));
   logger.log(`GraphQL: POST http://localhost:${port}/graphql (mutation requestRefund, with an Idempotency-Key header)`);
   if (config.rabbitmqUrl) {
     logger.log(
@@ -155,7 +157,7 @@ export function maskPassword(url: string): string {
 /** Pasted twice, it shows a replay: the key is fresh per start, not per paste. */
 function curlExample(port: string, config: SampleConfig): string {
   // Print the key only when it is a demo key; never echo a configured secret into logs.
-  const [demoKey] = [...parseApiKeys(DEFAULT_API_KEYS).keys()].filter((key) => config.apiKeys.has(key));
+  const demoKey = demoKeyOf(config);
   return [
     `curl -i http://localhost:${port}/charges \\`,
     `  -H 'Authorization: Bearer ${demoKey ?? '<your API key>'}' \\`,
