@@ -15,11 +15,11 @@
 /* global fetch, clearTimeout -- Node 20 globals */
 import { execFileSync, spawn } from 'node:child_process';
 import { cp, mkdir, mkdtemp, readdir, readFile, rename, rm } from 'node:fs/promises';
-import { register } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { startEmbeddedDatabase } from './embedded-database.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const started = Date.now();
@@ -104,7 +104,7 @@ try {
   step('boot the app (the root entry, no optional peer) against PostgreSQL');
   let databaseUrl = process.env.DATABASE_URL;
   if (!databaseUrl) {
-    embedded = await startEmbeddedDatabase();
+    embedded = await startEmbeddedDatabase('package');
     databaseUrl = embedded.url;
   }
   schema = `package_consumer_${process.pid}`;
@@ -222,26 +222,4 @@ async function post(url, key, body) {
     body: JSON.stringify(body),
   });
   return { status: res.status, replayed: res.headers.get('idempotent-replayed'), body: await res.text() };
-}
-
-/** The embedded server `npm test` uses, through the repository's TypeScript hooks. */
-async function startEmbeddedDatabase() {
-  register('../test/support/typescript-hooks.mjs', import.meta.url);
-  const { startEmbeddedPostgres } = await import('../sample-app/embedded-postgres.ts');
-  // A directory of its own directly under the temp dir: as root the server runs as another user, who must reach it.
-  const dataDir = await mkdtemp(join(tmpdir(), 'nest-idempotency-package-pg-'));
-  console.log(`DATABASE_URL is not set: starting an embedded PostgreSQL server in ${dataDir}`);
-  const server = await startEmbeddedPostgres({
-    dataDir,
-    database: 'package',
-    persistent: false,
-    log: (line) => console.error(line),
-  });
-  return {
-    url: server.url,
-    stop: async () => {
-      await server.stop();
-      await rm(dataDir, { recursive: true, force: true });
-    },
-  };
 }

@@ -16,12 +16,12 @@
 /* global fetch, URL -- Node 20 globals */
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdir, mkdtemp, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
-import { register } from 'node:module';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { startEmbeddedDatabase } from './embedded-database.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const PACKAGE = 'nest-idempotency-pg';
@@ -198,7 +198,7 @@ try {
   step('start the app as the Quick start does, on a database of its own');
   let serverUrl = process.env.DATABASE_URL;
   if (!serverUrl) {
-    embedded = await startEmbeddedDatabase();
+    embedded = await startEmbeddedDatabase('quickstart');
     serverUrl = embedded.url;
   }
   admin = new pg.Client({ connectionString: serverUrl });
@@ -322,25 +322,4 @@ async function startApp(command, cwd, env) {
     if (up) return handle;
     await new Promise((done) => setTimeout(done, 200));
   }
-}
-
-/** The embedded server `npm test` uses, through the repository's TypeScript hooks. */
-async function startEmbeddedDatabase() {
-  register('../test/support/typescript-hooks.mjs', import.meta.url);
-  const { startEmbeddedPostgres } = await import('../sample-app/embedded-postgres.ts');
-  const dataDir = await mkdtemp(join(tmpdir(), 'nest-idempotency-quick-start-pg-'));
-  console.log(`DATABASE_URL is not set: starting an embedded PostgreSQL server in ${dataDir}`);
-  const server = await startEmbeddedPostgres({
-    dataDir,
-    database: 'quickstart',
-    persistent: false,
-    log: (line) => console.error(line),
-  });
-  return {
-    url: server.url,
-    stop: async () => {
-      await server.stop();
-      await rm(dataDir, { recursive: true, force: true });
-    },
-  };
 }
