@@ -12,7 +12,8 @@ import {
 } from './idempotency.constants.js';
 import { FastifyCaptureHook } from './http/fastify-capture.js';
 import { IdempotentRoutes } from './http/route-settings.js';
-import { IdempotencyInterceptor } from './idempotency.interceptor.js';
+import { IdempotencyInterceptor } from './transports/idempotency.interceptor.js';
+import { IdempotencyRuntime } from './transports/run-idempotent.js';
 import {
   ASYNC_OPTIONS_TYPE,
   ConfigurableModuleClass,
@@ -42,8 +43,6 @@ import {
   type AppTransactionManager,
 } from './transaction/app-transaction-manager.js';
 import { EffectLedger } from './ledger/effect-ledger.js';
-import { IdempotentMessageInterceptor } from './rpc/idempotent-message.interceptor.js';
-import { IdempotentResolverInterceptor } from './graphql/idempotent-resolver.interceptor.js';
 
 const EXPORTS = [
   IdempotencyService,
@@ -53,11 +52,10 @@ const EXPORTS = [
   OutboxRelay,
   IdempotencyStore,
   IdempotencyInterceptor,
-  IdempotentMessageInterceptor,
-  IdempotentResolverInterceptor,
   EffectLedger,
   // The interceptor is instantiated in each controller's module, so what it injects must be exported.
   IdempotentRoutes,
+  IdempotencyRuntime,
   IdempotencySweeper,
   IdempotencyEvents,
   IDEMPOTENCY_OPTIONS,
@@ -128,6 +126,7 @@ export class IdempotencyModule extends ConfigurableModuleClass {
       // A factory, since a value provider cannot be undefined.
       { provide: IDEMPOTENCY_TRANSACTION_MANAGER, useFactory: () => extras.transactionManager },
       AppTransactionManagerSetUp,
+      IdempotencyRuntime,
       IdempotencyService,
       TransactionHost,
       DownstreamKeys,
@@ -137,8 +136,6 @@ export class IdempotencyModule extends ConfigurableModuleClass {
       // Under Fastify, the onSend hook where idempotent replies are held (see FastifyReplyCapture).
       FastifyCaptureHook,
       IdempotencyInterceptor,
-      IdempotentMessageInterceptor,
-      IdempotentResolverInterceptor,
       EffectLedger,
       IdempotencySweeper,
       IdempotencySchemaCheck,

@@ -1,31 +1,15 @@
-import { Inject, Injectable, Optional } from '@nestjs/common';
-import type { DataSource, EntityManager } from 'typeorm';
-import {
-  IdempotencyEngine,
-  workOf,
-  type ClaimInfo,
-  type WorkScope,
-  type ClaimMode,
-  type EngineOutcome,
-  type FailureDecision,
-  type IdempotentWork,
-  type PhasedWork,
-} from './core/idempotency-engine.js';
+import { Inject, Injectable } from '@nestjs/common';
+import type { EntityManager } from 'typeorm';
+import type { ClaimMode, FailureDecision, WorkScope } from './core/idempotency-engine.js';
 import type { Phases } from './core/phases.js';
 import { fingerprintValue } from './core/fingerprint.js';
-import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OBSERVER, IDEMPOTENCY_OPTIONS } from './idempotency.constants.js';
-import type { EngineObserver } from './core/observer.js';
+import { tenantOrKeyError } from './core/key.js';
+import { IDEMPOTENCY_OPTIONS } from './idempotency.constants.js';
 import { type FailurePolicy, type ResolvedIdempotencyOptions, type Duration } from './idempotency.options.js';
 import { resolveRouteOptions } from './resolve-options.js';
-import { IdempotencyStore, type StoredResponse, type SweepOptions, type SweepResult } from './core/idempotency-store.js';
-import { idempotencyContext, type IdempotencyExecutionContext } from './transaction/idempotency-context.js';
-import {
-  IDEMPOTENCY_TRANSACTION_MANAGER,
-  type AppTransactionManager,
-  type TransactionOutcome,
-} from './transaction/app-transaction-manager.js';
-import { StoreUnavailableError } from './core/errors.js';
-import { tenantOrKeyError } from './core/key.js';
+import type { IdempotencyStore, StoredResponse, SweepOptions, SweepResult } from './core/idempotency-store.js';
+import { IdempotencyRuntime } from './transports/run-idempotent.js';
+import { jsonResponse, readJson } from './transports/stored-outcome.js';
 
 /** A unit of non-HTTP work to run at most once per key (a message, a job). */
 export interface ExecuteInput {
@@ -51,34 +35,21 @@ export interface ExecuteInput {
   label?: string;
 }
 
-const JSON_HEADERS: Array<[string, string]> = [['content-type', 'application/json']];
-
-/** Results of non-HTTP work are stored as JSON, and read back from it on every call. */
-function encodeResult<T>(value: T): { response: StoredResponse; result: T } {
-  const json = JSON.stringify(value ?? null);
-  return { response: { status: 200, headers: JSON_HEADERS, body: Buffer.from(json, 'utf8') }, result: JSON.parse(json) as T };
-}
-
-function decodeResult<T>(response: StoredResponse): T {
-  return JSON.parse((response.body ?? Buffer.from('null')).toString('utf8')) as T;
-}
-
 /**
- * The engine for callers outside HTTP (message consumers, cron jobs), and the
- * shared entry the interceptor uses.
+ * The engine for callers outside HTTP (message consumers written by hand,
+ * cron jobs): `execute` and `executePhased`, and the sweep for people who
+ * schedule it themselves.
  */
 @Injectable()
 export class IdempotencyService {
-  private readonly engine: IdempotencyEngine<EntityManager>;
-
   constructor(
-    readonly store: IdempotencyStore<EntityManager>,
+    private readonly runtime: IdempotencyRuntime,
     @Inject(IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
-    @Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: DataSource,
-    @Optional() @Inject(IDEMPOTENCY_OBSERVER) observer?: EngineObserver,
-    @Optional() @Inject(IDEMPOTENCY_TRANSACTION_MANAGER) private readonly appTransactions?: AppTransactionManager,
-  ) {
-    this.engine = new IdempotencyEngine(store, observer);
+  ) {}
+
+  /** The store keys live in. */
+  get store(): IdempotencyStore<EntityManager> {
+    return this.runtime.store;
   }
 
   /**
@@ -89,7 +60,7 @@ export class IdempotencyService {
    * next heartbeat anyway.
    */
   leaseEnded(tenant: string, key: string): void {
-    this.engine.forgetLease(tenant, key);
+    this.runtime.engine.forgetLease(tenant, key);
   }
 
   /**
@@ -110,8 +81,13 @@ export class IdempotencyService {
    */
   async execute<T>(input: ExecuteInput, work: (manager: EntityManager) => T | Promise<T>): Promise<T> {
     const scope = this.scopeOf(input);
-    const outcome = await this.run(workOf(scope, async (manager: EntityManager) => encodeResult(await work(manager))));
-    return decodeResult<T>(outcome.response);
+    const context = this.runtime.newContext();
+    const outcome = await this.runtime.engine.execute<T>({
+      ...scope,
+      run: (manager, claim, ended) =>
+        this.runtime.inTransaction(context, scope, manager, claim, ended, async () => resultOf(await work(manager))),
+    });
+    return readJson<T>(outcome.response, null as T);
   }
 
   /**
@@ -122,13 +98,26 @@ export class IdempotencyService {
    */
   async executePhased<T>(input: ExecuteInput, work: (phases: Phases<EntityManager>) => T | Promise<T>): Promise<T> {
     const scope = this.scopeOf(input);
-    const outcome = await this.runPhased(
-      workOf(scope, async (phases: Phases<EntityManager>) => encodeResult(await work(phases))),
+    const outcome = await this.runtime.executePhased<T>(scope, this.runtime.newContext(), async (_claim, phases) =>
+      resultOf(await work(phases)),
     );
-    return decodeResult<T>(outcome.response);
+    return readJson<T>(outcome.response, null as T);
   }
 
+  /** Deletes expired keys now, in bounded batches; for people who schedule it themselves. */
+  sweep(options?: Partial<SweepOptions>): Promise<SweepResult> {
+    const { batchSize, maxDurationMs, dutyCycle } = this.options.sweep;
+    return this.store.sweep({ batchSize, maxDurationMs, dutyCycle, ...options });
+  }
+
+  /**
+   * The work's scope, from the call's options over the module's. A tenant or
+   * key the store could not hold as it is (a Buffer, an empty string, a lone
+   * surrogate, a NUL) is refused here, before anything is claimed.
+   */
   private scopeOf(input: ExecuteInput): WorkScope {
+    const refused = tenantOrKeyError(input.tenant, input.key);
+    if (refused) throw refused;
     const route = resolveRouteOptions(
       {
         ttl: input.ttl,
@@ -154,81 +143,10 @@ export class IdempotencyService {
       onFailure: (): FailureDecision => ({ action: route.onError === 'release' ? 'release' : 'keep' }),
     };
   }
+}
 
-  /**
-   * Runs one idempotent unit of work with the request context in
-   * AsyncLocalStorage. `context` (optional) lets the caller see what the work
-   * did, e.g. whether the route handler started.
-   *
-   * Every entry point and `execute()` come through here (or `runPhased`), so
-   * this is where a tenant or key the store could not hold as it is (a
-   * Buffer, an empty string, a lone surrogate, a NUL) is refused, before
-   * anything is claimed.
-   *
-   * @throws IdempotencyInputError the tenant or key cannot be used
-   */
-  run<R>(
-    work: IdempotentWork<EntityManager, R>,
-    context: IdempotencyExecutionContext = this.createContext(),
-  ): Promise<EngineOutcome<R>> {
-    const refused = tenantOrKeyError(work.tenant, work.key);
-    if (refused) return Promise.reject(refused);
-    context.scope = { tenant: work.tenant, key: work.key };
-    let ended: (outcome: TransactionOutcome) => void = () => undefined;
-    const ending = new Promise<TransactionOutcome>((resolve) => (ended = resolve));
-    const outcome = this.engine.execute(
-      workOf(work, (manager: EntityManager, claim: ClaimInfo) => {
-        context.scope = { tenant: work.tenant, key: work.key, generation: claim.generation };
-        context.manager = manager;
-        context.transactional = true;
-        return idempotencyContext.run(context, () => this.joined(manager, () => work.run(manager, claim), ending));
-      }),
-    );
-    // Once the engine is done, the work's transaction has ended: committed only when it executed.
-    outcome.then(
-      (done) => ended(done.kind === 'executed' ? 'committed' : 'rolled-back'),
-      (error: unknown) =>
-        ended(error instanceof StoreUnavailableError && error.outcome === 'unknown' ? 'unknown' : 'rolled-back'),
-    );
-    return outcome;
-  }
-
-  /** Runs `work` with the app's own transaction manager (if any) joined to the module's transaction. */
-  private joined<T>(manager: EntityManager, work: () => Promise<T>, ended: Promise<TransactionOutcome>): Promise<T> {
-    return this.appTransactions ? this.appTransactions.join(manager, work, ended) : work();
-  }
-
-  /** `run` for phased work: no transaction around the work, one per phase, each visible through `TransactionHost`. */
-  runPhased<R>(
-    work: PhasedWork<EntityManager, R>,
-    context: IdempotencyExecutionContext = this.createContext(),
-  ): Promise<EngineOutcome<R>> {
-    const refused = tenantOrKeyError(work.tenant, work.key);
-    if (refused) return Promise.reject(refused);
-    context.scope = { tenant: work.tenant, key: work.key };
-    const phased: PhasedWork<EntityManager, R> = workOf(work, (phases: Phases<EntityManager>, claim: ClaimInfo) => {
-      context.phases = phases;
-      context.scope = { tenant: work.tenant, key: work.key, generation: claim.generation };
-      return idempotencyContext.run(context, () => work.run(phases, claim));
-    });
-    phased.enterPhase = (manager, fn, ended) =>
-      idempotencyContext.run({ ...context, manager, transactional: true }, () => this.joined(manager, fn, ended));
-    return this.engine.executePhased(phased);
-  }
-
-  /** A fresh execution context: the plain manager until a transaction opens, the handler not started. */
-  createContext(): IdempotencyExecutionContext {
-    return { manager: this.dataSource.manager, transactional: false, handlerStarted: false };
-  }
-
-  /** Runs `fn` with the data source's plain manager as the request context (a route without a key). */
-  runWithoutIdempotency<T>(fn: () => T): T {
-    return idempotencyContext.run(this.createContext(), fn);
-  }
-
-  /** Deletes expired keys now, in bounded batches; for people who schedule it themselves. */
-  sweep(options?: Partial<SweepOptions>): Promise<SweepResult> {
-    const { batchSize, maxDurationMs, dutyCycle } = this.options.sweep;
-    return this.store.sweep({ batchSize, maxDurationMs, dutyCycle, ...options });
-  }
+/** Results of non-HTTP work are stored as JSON, and every call returns them as read back from it. */
+function resultOf<T>(value: T): { response: StoredResponse; result: T } {
+  const response = jsonResponse(value ?? null, 200);
+  return { response, result: readJson<T>(response, null as T) };
 }

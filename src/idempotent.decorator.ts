@@ -1,6 +1,6 @@
 import { SetMetadata, UseInterceptors } from '@nestjs/common';
 import { IDEMPOTENT_METADATA, SKIP_IDEMPOTENCY_METADATA } from './idempotency.constants.js';
-import { IdempotencyInterceptor } from './idempotency.interceptor.js';
+import { IdempotencyInterceptor } from './transports/idempotency.interceptor.js';
 import { isEntryPoint } from './http/route-settings.js';
 import type { IdempotencyRouteOptions } from './idempotency.options.js';
 import { idempotencyContext } from './transaction/idempotency-context.js';

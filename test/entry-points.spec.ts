@@ -66,11 +66,8 @@ describe('the root entry (nest-idempotency-pg)', () => {
     expect(
       files.filter((file) => /^src\/(health|openapi|outbound|board|client|rpc\/jetstream|integrations)\//.test(file)),
     ).toEqual([]);
-    // GraphQL mutations are an entry point of @Idempotent(), like HTTP routes: the interceptor and its errors, no package.
-    expect(files.filter((file) => file.startsWith('src/graphql/')).sort()).toEqual([
-      'src/graphql/graphql-problem.ts',
-      'src/graphql/idempotent-resolver.interceptor.ts',
-    ]);
+    // GraphQL mutations are an entry point of @Idempotent(), like HTTP routes: the transport and its errors, no package.
+    expect(files.filter((file) => file.startsWith('src/graphql/')).sort()).toEqual(['src/graphql/graphql-problem.ts']);
   });
 
   it('exports no name a subpath exports: each name has one entry', async () => {

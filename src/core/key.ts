@@ -47,6 +47,15 @@ export function parseIdempotencyKey(values: readonly string[], maxLength: number
     key = raw;
   }
 
+  return checkKey(key, maxLength);
+}
+
+/**
+ * The key rules every transport applies, to a header's value once unquoted
+ * and to a key read from a message or an argument as it is: not empty, at
+ * most `maxLength` characters, visible ASCII only.
+ */
+export function checkKey(key: string, maxLength: number): KeyParseResult {
   if (key.length === 0) return { ok: false, reason: 'empty', detail: 'The idempotency key is empty.' };
   if (key.length > maxLength) {
     return { ok: false, reason: 'too-long', detail: `The idempotency key is longer than ${maxLength} characters.` };

@@ -1,0 +1,64 @@
+import { Injectable, Optional, type CallHandler, type ExecutionContext, type NestInterceptor, type Type } from '@nestjs/common';
+import { Observable } from 'rxjs';
+import { IdempotencyConfigurationError } from '../errors/configuration.error.js';
+import { messages } from '../errors/messages.js';
+import { IdempotentRoutes } from '../http/route-settings.js';
+import { GraphQLTransport, type ResolveInfo } from './graphql-transport.js';
+import { HttpTransport } from './http-transport.js';
+import { MessageTransport } from './message-transport.js';
+import { IdempotencyRuntime, runIdempotent } from './run-idempotent.js';
+
+/**
+ * What one request, delivery or field resolution is known by: class- and
+ * method-level `@Idempotent()` both apply this interceptor, and only the
+ * first to see it runs the request path.
+ */
+const handled = new WeakSet<object>();
+
+/**
+ * The one interceptor of every `@Idempotent()` handler: finds the route's
+ * settings and hands the request to the transport of its context type (an
+ * HTTP route, a GraphQL mutation, a message handler), which `runIdempotent`
+ * drives. Nothing else happens here.
+ */
+@Injectable()
+export class IdempotencyInterceptor implements NestInterceptor {
+  // Optional, so an app without IdempotencyModule.forRoot() gets a message that says so, not Nest's dependency error.
+  constructor(
+    @Optional() private readonly routes: IdempotentRoutes,
+    @Optional() private readonly runtime: IdempotencyRuntime,
+  ) {
+    if (!routes || !runtime) throw new IdempotencyConfigurationError(messages.config.moduleNotImported);
+  }
+
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    const type = context.getType<string>();
+    const identity =
+      type === 'http'
+        ? context.switchToHttp().getRequest<object>()
+        : type === 'rpc'
+          ? context.switchToRpc().getContext<unknown>()
+          : type === 'graphql'
+            ? context.getArgByIndex<unknown>(3)
+            : undefined;
+    if (type !== 'http' && type !== 'rpc' && type !== 'graphql') return next.handle();
+    if (identity !== null && typeof identity === 'object') {
+      if (handled.has(identity)) return next.handle();
+      handled.add(identity);
+    }
+    const route = this.routes.get(context.getClass<Type>(), context.getHandler() as (...args: unknown[]) => unknown);
+    if (!route) return next.handle();
+    const { runtime } = this;
+    return new Observable((subscriber) => {
+      if (type === 'http') {
+        void runIdempotent(runtime, route, context, new HttpTransport(runtime, route, context, next, subscriber));
+      } else if (type === 'graphql') {
+        const info = identity as ResolveInfo | undefined;
+        void runIdempotent(runtime, route, context, new GraphQLTransport(runtime, route, context, next, subscriber, info));
+      } else {
+        const transport = new MessageTransport(runtime, route, context, next, subscriber);
+        runIdempotent(runtime, route, context, transport).catch((error: unknown) => transport.unexpected(error));
+      }
+    });
+  }
+}
