@@ -9,7 +9,9 @@
  * keys on fetch and axios calls), `/jetstream` (NATS JetStream),
  * `/cls-transactional` and `/typeorm-transactional` (the app's own transaction
  * manager joins the handler's transaction), and `/client` (the retrying
- * client, without Nest).
+ * client, without Nest). Parts an app may not use have theirs too, though the
+ * module provides them: `/outbox` (the transactional outbox and its relay) and
+ * `/ledger` (the effect ledger).
  */
 export { IdempotencyModule } from './idempotency.module.js';
 export type { IdempotencyModuleExtras } from './idempotency.module-definition.js';
@@ -21,6 +23,7 @@ export type {
   FingerprintFunction,
   IdempotencyModuleOptions,
   IdempotencyRouteOptions,
+  KeyExtractor,
   SweepSchedule,
   TenantResolver,
 } from './idempotency.options.js';
@@ -62,14 +65,6 @@ export {
 } from './core/errors.js';
 export { IdempotencyConfigurationError } from './errors/configuration.error.js';
 export { IdempotencyProblemException, ProblemType, PROBLEM_CONTENT_TYPE, type ProblemDetails } from './errors/problems.js';
-export { Outbox, type EnqueueOptions } from './outbox/outbox.js';
-export { OutboxRelay, type OutboxHandler, type RelayReport } from './outbox/outbox-relay.js';
-export type { OutboxStore, OutboxMessage } from './outbox/outbox.store.js';
-export { createOutboxMigration, CreateOutboxMessages1764547200000 } from './outbox/outbox.migration.js';
-export type { OutboxOptions, OutboxRelayOptions } from './idempotency.options.js';
-export type { EffectLedgerOptions, KeyExtractor } from './idempotency.options.js';
-export { EffectLedger, EffectLedgerUsageError, type EffectKeyOptions } from './ledger/effect-ledger.js';
-export { createEffectLedgerMigration, CreateEffectLedger1764806400000 } from './ledger/effect-ledger.migration.js';
 export {
   IdempotencyEvents,
   type IdempotencyEvent,

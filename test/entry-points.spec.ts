@@ -35,6 +35,9 @@ const SUBPATHS: Array<[subpath: string, source: string, staticPeers: string[]]> 
   ['./graphql', 'src/graphql/index.ts', []],
   ['./outbound', 'src/outbound/index.ts', []],
   ['./board', 'src/board/index.ts', []],
+  // Provided by IdempotencyModule to every app, named only here: an app that does not use them imports none of their names.
+  ['./outbox', 'src/outbox/index.ts', []],
+  ['./ledger', 'src/ledger/index.ts', []],
   // The app's own transaction managers: their packages are loaded at start-up, only when one is the module's transactionManager.
   ['./cls-transactional', 'src/integrations/cls-transactional/index.ts', []],
   ['./typeorm-transactional', 'src/integrations/typeorm-transactional/index.ts', []],
@@ -82,6 +85,8 @@ describe('the root entry (nest-idempotency-pg)', () => {
       graphql: Object.keys(await import('../src/graphql/index.js')),
       outbound: Object.keys(await import('../src/outbound/index.js')),
       board: Object.keys(await import('../src/board/index.js')),
+      outbox: Object.keys(await import('../src/outbox/index.js')),
+      ledger: Object.keys(await import('../src/ledger/index.js')),
       clsTransactional: Object.keys(await import('../src/integrations/cls-transactional/index.js')),
       typeormTransactional: Object.keys(await import('../src/integrations/typeorm-transactional/index.js')),
     };
@@ -99,6 +104,13 @@ describe('the root entry (nest-idempotency-pg)', () => {
         'downstreamPurpose',
       ]),
       board: expect.arrayContaining(['IdempotencyBoardModule', 'BoardProblemType']),
+      outbox: expect.arrayContaining(['Outbox', 'OutboxRelay', 'createOutboxMigration', 'CreateOutboxMessages1764547200000']),
+      ledger: expect.arrayContaining([
+        'EffectLedger',
+        'EffectLedgerUsageError',
+        'createEffectLedgerMigration',
+        'CreateEffectLedger1764806400000',
+      ]),
       clsTransactional: ['clsTransactional'],
       typeormTransactional: ['typeormTransactional'],
     });
