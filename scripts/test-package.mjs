@@ -88,6 +88,7 @@ try {
     'Outbox',
     'OutboxRelay',
     'EffectLedger',
+    'IdempotencyStore',
   ];
   check(JSON.stringify(subpaths.loaded) === JSON.stringify(loaded), `the subpaths loaded ${subpaths.loaded}`);
   check(subpaths.openapi && subpaths.fetch === 'function', `the OpenAPI or outbound subpath misbehaved: ${line}`);
@@ -107,7 +108,7 @@ try {
     `applyIdempotencyToOpenApi did not warn about the missing marks:\n${output}`,
   );
   console.log(
-    '/health, /openapi, /graphql, /outbound, /board, /outbox and /ledger load; IdempotentHttpModule says to install @nestjs/axios axios',
+    '/health, /openapi, /graphql, /outbound, /board, /outbox, /ledger and /store load; IdempotentHttpModule says to install @nestjs/axios axios',
   );
 
   step('boot the app (the root entry, no optional peer) against PostgreSQL');

@@ -9,11 +9,11 @@ import {
   IdempotencyKeyEntity,
   IdempotencyModule,
   IdempotencyService,
-  IdempotencyStore,
   migratingDataSourceFactory,
   type IdempotencyModuleExtras,
   type IdempotencyModuleOptions,
 } from '../src/index.js';
+import { IdempotencyStore } from '../src/store/index.js';
 import { CreateOutboxMessages1764547200000 } from '../src/outbox/index.js';
 import { createOutboxStatements, createTableStatements, KEY_TABLE_COLUMNS, OUTBOX_TABLE_COLUMNS } from '../src/store/sql.js';
 import { KEY_FUNCTIONS_VERSION } from '../src/store/key-store.sql.js';

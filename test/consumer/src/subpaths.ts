@@ -7,6 +7,7 @@ import { CreateEffectLedger1764806400000, EffectLedger, type EffectKeyOptions } 
 import { applyIdempotencyToOpenApi, IdempotencyOpenApiModule, type OpenApiDocumentLike } from 'nest-idempotency-pg/openapi';
 import { createDownstreamFetch, IdempotentHttpModule, type DownstreamFetch } from 'nest-idempotency-pg/outbound';
 import { CreateOutboxMessages1764547200000, Outbox, OutboxRelay, type OutboxMessage } from 'nest-idempotency-pg/outbox';
+import { IdempotencyStore, type SweepOptions } from 'nest-idempotency-pg/store';
 
 const extensions: IdempotencyErrorExtensions = { code: 'CONFLICT', type: 'urn:x', status: 409 };
 const document: OpenApiDocumentLike = { paths: {} };
@@ -14,6 +15,7 @@ const fetchWithKeys: DownstreamFetch = createDownstreamFetch();
 const scope: BoardScope = { allTenants: true };
 const effect: EffectKeyOptions = { tenant: 'package-test' };
 const message: Pick<OutboxMessage, 'topic'> = { topic: 'receipt' };
+const sweep: SweepOptions = { batchSize: 100, maxDurationMs: 1000 };
 
 let axios: string;
 try {
@@ -36,6 +38,7 @@ console.log(
         Outbox,
         OutboxRelay,
         EffectLedger,
+        IdempotencyStore,
       ].map((exported) => exported.name),
       migrations: [CreateOutboxMessages1764547200000, CreateEffectLedger1764806400000].map((m) => typeof m),
       board: IdempotencyBoardModule.forRoot({ path: 'board', unguarded: true, scope: () => scope }).controllers?.length,
@@ -43,6 +46,7 @@ console.log(
       extensions: extensions.code,
       effect: effect.tenant,
       topic: message.topic,
+      sweep: sweep.batchSize,
       openapi: applyIdempotencyToOpenApi(document) === document,
       fetch: typeof fetchWithKeys,
       axios,
