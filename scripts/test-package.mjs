@@ -85,10 +85,18 @@ try {
     'IdempotencyHealthModule',
     'IdempotencyOpenApiModule',
     'IdempotencyBoardModule',
+    'Outbox',
+    'OutboxRelay',
+    'EffectLedger',
+    'IdempotencyStore',
   ];
   check(JSON.stringify(subpaths.loaded) === JSON.stringify(loaded), `the subpaths loaded ${subpaths.loaded}`);
   check(subpaths.openapi && subpaths.fetch === 'function', `the OpenAPI or outbound subpath misbehaved: ${line}`);
   check(subpaths.board === 1, `the board subpath did not mount its controller: ${line}`);
+  check(
+    JSON.stringify(subpaths.migrations) === JSON.stringify(['function', 'function']),
+    `the outbox or ledger subpath has no migration: ${line}`,
+  );
   check(
     /^IdempotencyConfigurationError: IdempotentHttpModule needs @nestjs\/axios and axios: npm i @nestjs\/axios axios/.test(
       subpaths.axios,
@@ -99,7 +107,9 @@ try {
     output.includes('IdempotencyOpenApiModule'),
     `applyIdempotencyToOpenApi did not warn about the missing marks:\n${output}`,
   );
-  console.log('/health, /openapi, /graphql, /outbound and /board load; IdempotentHttpModule says to install @nestjs/axios axios');
+  console.log(
+    '/health, /openapi, /graphql, /outbound, /board, /outbox, /ledger and /store load; IdempotentHttpModule says to install @nestjs/axios axios',
+  );
 
   step('boot the app (the root entry, no optional peer) against PostgreSQL');
   let databaseUrl = process.env.DATABASE_URL;

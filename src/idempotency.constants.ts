@@ -5,7 +5,9 @@ export const SKIP_IDEMPOTENCY_METADATA = 'nest-idempotency:skip';
 /** DI token of the validated, defaulted options (`ResolvedIdempotencyOptions`). */
 export const IDEMPOTENCY_OPTIONS = Symbol('IDEMPOTENCY_OPTIONS');
 
-export const DEFAULT_HEADER = 'Idempotency-Key';
+// The wire's names, shared with the Nest-free client.
+export { DEFAULT_HEADER, REPLAYED_HEADER } from './core/protocol.js';
+
 export const DEFAULT_TTL_MS = 24 * 60 * 60 * 1000;
 export const DEFAULT_LEASE_MS = 30_000;
 export const DEFAULT_MAX_KEY_LENGTH = 255;
@@ -27,8 +29,6 @@ export const DEFAULT_REPLAY_HEADERS = ['content-type', 'location', 'etag', 'cont
 /** Never stored or replayed, whatever the allowlist says: they are per-response or per-user. */
 export const NEVER_REPLAYED_HEADERS = new Set(['set-cookie', 'content-length', 'transfer-encoding', 'connection', 'date']);
 
-/** Added to every replayed response. */
-export const REPLAYED_HEADER = 'Idempotent-Replayed';
 /** DI token of the TypeORM `DataSource` the module uses. */
 export const IDEMPOTENCY_DATA_SOURCE = Symbol('IDEMPOTENCY_DATA_SOURCE');
 /** DI token of the engine's observer (spans, metrics and the typed events). */

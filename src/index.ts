@@ -9,7 +9,10 @@
  * keys on fetch and axios calls), `/jetstream` (NATS JetStream),
  * `/cls-transactional` and `/typeorm-transactional` (the app's own transaction
  * manager joins the handler's transaction), and `/client` (the retrying
- * client, without Nest).
+ * client, without Nest, and the key derivation: `deriveKey`, `businessKey`).
+ * Parts an app may not use have theirs too, though the module provides them:
+ * `/outbox` (the transactional outbox and its relay), `/ledger` (the effect
+ * ledger) and `/store` (the store contract, for a store of your own).
  */
 export { IdempotencyModule } from './idempotency.module.js';
 export type { IdempotencyModuleExtras } from './idempotency.module-definition.js';
@@ -21,27 +24,17 @@ export type {
   FingerprintFunction,
   IdempotencyModuleOptions,
   IdempotencyRouteOptions,
+  KeyExtractor,
   SweepSchedule,
   TenantResolver,
 } from './idempotency.options.js';
-export {
-  IdempotencyStore,
-  type ClaimRef,
-  type ClaimRequest,
-  type ClaimResult,
-  type PhaseState,
-  type StoredResponse,
-  type SweepOptions,
-  type SweepResult,
-} from './core/idempotency-store.js';
-export { PostgresIdempotencyStore } from './store/postgres-idempotency.store.js';
+export { PostgresIdempotencyStore, type PostgresIdempotencyStoreOptions } from './store/postgres-idempotency.store.js';
 export { createIdempotencyKeysMigration, CreateIdempotencyKeys1764460800000 } from './store/idempotency-keys.migration.js';
 export {
   createPartitionedIdempotencyKeysMigration,
   CreatePartitionedIdempotencyKeys1765152000000,
   type PartitionedKeysMigrationOptions,
 } from './store/partitioned/partitioned-keys.migration.js';
-export type { PartitionStatus } from './store/partitioned/partition-retention.js';
 export { migratingDataSourceFactory, runMigrationsWithLock, type RunMigrationsOptions } from './store/run-migrations.js';
 export { createIdempotencyKeyEntity, IdempotencyKeyEntity } from './store/idempotency-key.entity.js';
 export { IdempotencySweeper, type SweepReport } from './sweeper/idempotency.sweeper.js';
@@ -51,7 +44,6 @@ export { TxManager } from './transaction/tx-manager.decorator.js';
 export { Phased } from './transaction/phased.decorator.js';
 export { DownstreamKeys } from './transaction/downstream-keys.js';
 export { Phases } from './core/phases.js';
-export { deriveKey, businessKey, businessKeyWithin, type DeriveKeyOptions } from './core/derived-keys.js';
 export {
   FingerprintMismatchError,
   IdempotencyError,
@@ -62,14 +54,6 @@ export {
 } from './core/errors.js';
 export { IdempotencyConfigurationError } from './errors/configuration.error.js';
 export { IdempotencyProblemException, ProblemType, PROBLEM_CONTENT_TYPE, type ProblemDetails } from './errors/problems.js';
-export { Outbox, type EnqueueOptions } from './outbox/outbox.js';
-export { OutboxRelay, type OutboxHandler, type RelayReport } from './outbox/outbox-relay.js';
-export type { OutboxStore, OutboxMessage } from './outbox/outbox.store.js';
-export { createOutboxMigration, CreateOutboxMessages1764547200000 } from './outbox/outbox.migration.js';
-export type { OutboxOptions, OutboxRelayOptions } from './idempotency.options.js';
-export type { EffectLedgerOptions, KeyExtractor } from './idempotency.options.js';
-export { EffectLedger, EffectLedgerUsageError, type EffectKeyOptions } from './ledger/effect-ledger.js';
-export { createEffectLedgerMigration, CreateEffectLedger1764806400000 } from './ledger/effect-ledger.migration.js';
 export {
   IdempotencyEvents,
   type IdempotencyEvent,

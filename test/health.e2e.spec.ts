@@ -9,15 +9,8 @@ import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import type pg from 'pg';
 import type { DataSource } from 'typeorm';
 import { HEALTH_PROBE_TENANT, IdempotencyHealthIndicator, IdempotencyHealthModule } from '../src/health/index.js';
-import {
-  IdempotencyModule,
-  IdempotencyStore,
-  IdempotencySweeper,
-  PostgresIdempotencyStore,
-  type IdempotencyModuleOptions,
-  type SweepOptions,
-  type SweepResult,
-} from '../src/index.js';
+import { IdempotencyModule, IdempotencySweeper, PostgresIdempotencyStore, type IdempotencyModuleOptions } from '../src/index.js';
+import { IdempotencyStore, type SweepOptions, type SweepResult } from '../src/store/index.js';
 import { createOutboxTable, createTables, dataSourceOptions, freshSchema, QueryCounter, sqlClient } from './support/database.js';
 import { send } from './support/http.js';
 import { ADAPTERS, type AdapterName } from './support/test-app.js';

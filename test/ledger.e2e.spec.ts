@@ -5,16 +5,18 @@ import { TypeOrmModule, type TypeOrmModuleOptions } from '@nestjs/typeorm';
 import type pg from 'pg';
 import { DataSource } from 'typeorm';
 import {
-  CreateEffectLedger1764806400000,
-  createEffectLedgerMigration,
-  EffectLedger,
-  EffectLedgerUsageError,
   IdempotencyConfigurationError,
   IdempotencyModule,
   IdempotencyService,
   runMigrationsWithLock,
   type IdempotencyModuleOptions,
 } from '../src/index.js';
+import {
+  CreateEffectLedger1764806400000,
+  createEffectLedgerMigration,
+  EffectLedger,
+  EffectLedgerUsageError,
+} from '../src/ledger/index.js';
 import { createEffectLedgerStatements, LEDGER_TABLE_COLUMNS } from '../src/ledger/effect-ledger.sql.js';
 import { createTables, dataSourceOptions, DataSourceTracker, freshSchema, sqlClient } from './support/database.js';
 

@@ -4,7 +4,8 @@ import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { DataSource } from 'typeorm';
-import { CreateIdempotencyKeys1764460800000, CreateOutboxMessages1764547200000 } from '../src/index.js';
+import { CreateIdempotencyKeys1764460800000 } from '../src/index.js';
+import { CreateOutboxMessages1764547200000 } from '../src/outbox/index.js';
 import { databaseUrl, dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');

@@ -4,7 +4,7 @@ import { NestFactory } from '@nestjs/core';
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { Idempotent, IdempotencyModule } from '../src/index.js';
-import { messages } from '../src/errors/messages.js';
+import { openApiMessages } from '../src/openapi/messages.js';
 import { applyIdempotencyToOpenApi, IdempotencyOpenApiModule } from '../src/openapi/index.js';
 import { createTables, dataSourceOptions, freshSchema } from './support/database.js';
 
@@ -51,8 +51,8 @@ describe('IdempotencyOpenApiModule: the marks come from the OpenAPI subpath, not
       const document = applyIdempotencyToOpenApi(generate(app));
       expect(document.paths['/charges'].post['x-idempotency']).toBeUndefined();
       expect(document.paths['/charges'].post.parameters ?? []).toEqual([]);
-      expect(warn.mock.calls).toEqual([[messages.openapi.marksModuleMissing]]);
-      expect(messages.openapi.marksModuleMissing).toContain(
+      expect(warn.mock.calls).toEqual([[openApiMessages.marksModuleMissing]]);
+      expect(openApiMessages.marksModuleMissing).toContain(
         "imports: [IdempotencyOpenApiModule]` (from 'nest-idempotency-pg/openapi')",
       );
     } finally {

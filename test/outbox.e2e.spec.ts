@@ -7,7 +7,8 @@ import { inspect } from 'node:util';
 import type pg from 'pg';
 import type { Logger as TypeOrmLogger } from 'typeorm';
 import { ScheduleModule } from '@nestjs/schedule';
-import { IdempotencyConfigurationError, IdempotencyModule, Outbox, OutboxRelay, type OutboxRelayOptions } from '../src/index.js';
+import { IdempotencyConfigurationError, IdempotencyModule } from '../src/index.js';
+import { Outbox, OutboxRelay, type OutboxRelayOptions } from '../src/outbox/index.js';
 import { resolveIdempotencyOptions } from '../src/resolve-options.js';
 import { createOutboxTable, createTables, dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
 

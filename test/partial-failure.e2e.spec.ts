@@ -6,15 +6,13 @@ import type pg from 'pg';
 import type { EntityManager } from 'typeorm';
 import {
   DownstreamKeys,
-  IdempotencyService,
   IdempotencyModule,
+  IdempotencyService,
   KeyInFlightError,
   LeaseLostError,
-  Outbox,
-  OutboxRelay,
   TransactionHost,
-  type OutboxMessage,
 } from '../src/index.js';
+import { Outbox, OutboxRelay, type OutboxMessage } from '../src/outbox/index.js';
 import { createOutboxTable, createTables, dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
 import { keyTableOptions } from './support/key-table.js';
 

@@ -6,7 +6,8 @@ import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import type { DataSource } from 'typeorm';
 import { IdempotencyHealthIndicator, IdempotencyHealthModule } from '../src/health/index.js';
-import { IdempotencyModule, IdempotencyStore, PostgresIdempotencyStore } from '../src/index.js';
+import { IdempotencyModule, PostgresIdempotencyStore } from '../src/index.js';
+import { IdempotencyStore } from '../src/store/index.js';
 import { createTables, dataSourceOptions, freshSchema, openDataSource, sqlClient } from './support/database.js';
 import { claimRequest, useKeyTable } from './support/key-table.js';
 

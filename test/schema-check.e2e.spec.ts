@@ -5,16 +5,16 @@ import { TypeOrmModule, type TypeOrmModuleOptions } from '@nestjs/typeorm';
 import { DataSource, type DataSourceOptions } from 'typeorm';
 import {
   CreateIdempotencyKeys1764460800000,
-  CreateOutboxMessages1764547200000,
   IdempotencyConfigurationError,
   IdempotencyKeyEntity,
   IdempotencyModule,
   IdempotencyService,
-  IdempotencyStore,
   migratingDataSourceFactory,
   type IdempotencyModuleExtras,
   type IdempotencyModuleOptions,
 } from '../src/index.js';
+import { IdempotencyStore } from '../src/store/index.js';
+import { CreateOutboxMessages1764547200000 } from '../src/outbox/index.js';
 import { createOutboxStatements, createTableStatements, KEY_TABLE_COLUMNS, OUTBOX_TABLE_COLUMNS } from '../src/store/sql.js';
 import { KEY_FUNCTIONS_VERSION } from '../src/store/key-store.sql.js';
 import {

@@ -1,9 +1,7 @@
 import type { DataSourceOptions } from 'typeorm';
-import {
-  CreateEffectLedger1764806400000,
-  CreateIdempotencyKeys1764460800000,
-  CreateOutboxMessages1764547200000,
-} from '../../src/index.js';
+import { CreateIdempotencyKeys1764460800000 } from '../../src/index.js';
+import { CreateEffectLedger1764806400000 } from '../../src/ledger/index.js';
+import { CreateOutboxMessages1764547200000 } from '../../src/outbox/index.js';
 import { ChargeEntity } from '../charges/charge.entity.js';
 import { CreateCharges1764460900000 } from '../migrations/1764460900000-create-charges.js';
 import { CreateOrders1764547300000 } from '../migrations/1764547300000-create-orders.js';

@@ -1,6 +1,7 @@
 import { Body, Controller, Get, Headers, NotFoundException, Param, Post } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
-import { Idempotent, Outbox, Phased, TransactionHost, type Phases } from '../../src/index.js';
+import { Idempotent, Phased, TransactionHost, type Phases } from '../../src/index.js';
+import { Outbox } from '../../src/outbox/index.js';
 import { CurrentTenant } from '../auth/tenant.decorator.js';
 import { crashIfRequested } from '../faults/crash-point.js';
 import { PaymentProviderClient } from '../provider/payment-provider.client.js';

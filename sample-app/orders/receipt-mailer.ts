@@ -1,7 +1,7 @@
 import { Injectable, type OnModuleInit } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
-import { OutboxRelay, type OutboxMessage } from '../../src/index.js';
+import { OutboxRelay, type OutboxMessage } from '../../src/outbox/index.js';
 
 interface ReceiptPayload {
   orderId: string;

@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
-import { EffectLedger, TransactionHost } from '../../src/index.js';
+import { TransactionHost } from '../../src/index.js';
+import { EffectLedger } from '../../src/ledger/index.js';
 
 export interface RefundRequest {
   /** The requester's id for this refund; one refund per id, for ever. */

@@ -1,6 +1,6 @@
 import { Catch, HttpStatus, type ArgumentsHost, type ExceptionFilter } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import { messages } from '../errors/messages.js';
+import { boardMessages } from './messages.js';
 import { IdempotencyProblemException, PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_BASE } from '../errors/problems.js';
 
 /** The board's own problem types (RFC 9457), beside the module's. */
@@ -16,12 +16,12 @@ const problem = (type: string, title: string, status: number, detail: string) =>
   new IdempotencyProblemException({ type, title, status, detail });
 
 export const boardProblems = {
-  badScope: () => problem(BoardProblemType.forbidden, 'Forbidden', HttpStatus.FORBIDDEN, messages.board.badScope),
-  csrf: () => problem(BoardProblemType.csrf, 'Forbidden', HttpStatus.FORBIDDEN, messages.board.csrf),
+  badScope: () => problem(BoardProblemType.forbidden, 'Forbidden', HttpStatus.FORBIDDEN, boardMessages.badScope),
+  csrf: () => problem(BoardProblemType.csrf, 'Forbidden', HttpStatus.FORBIDDEN, boardMessages.csrf),
   badRequest: (what: string) =>
-    problem(BoardProblemType.badRequest, 'Bad request', HttpStatus.BAD_REQUEST, messages.board.badRequest(what)),
-  notFound: () => problem(BoardProblemType.notFound, 'Not found', HttpStatus.NOT_FOUND, messages.board.notFound),
-  released: () => problem(BoardProblemType.gone, 'Attempt gone', HttpStatus.CONFLICT, messages.board.released),
+    problem(BoardProblemType.badRequest, 'Bad request', HttpStatus.BAD_REQUEST, boardMessages.badRequest(what)),
+  notFound: () => problem(BoardProblemType.notFound, 'Not found', HttpStatus.NOT_FOUND, boardMessages.notFound),
+  released: () => problem(BoardProblemType.gone, 'Attempt gone', HttpStatus.CONFLICT, boardMessages.released),
 };
 
 /**

@@ -13,7 +13,7 @@ import {
   type Type,
 } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import { messages } from '../errors/messages.js';
+import { boardMessages } from './messages.js';
 import { IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { IdempotencyService } from '../idempotency.service.js';
@@ -85,7 +85,7 @@ async function timeLimited<T>(part: Promise<T>): Promise<T | { unavailable: stri
   try {
     return await part;
   } catch (error) {
-    if (isStatementTimeout(error)) return { unavailable: messages.board.timedOut(BOARD_STATEMENT_TIMEOUT_MS) };
+    if (isStatementTimeout(error)) return { unavailable: boardMessages.timedOut(BOARD_STATEMENT_TIMEOUT_MS) };
     throw error;
   }
 }

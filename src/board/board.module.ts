@@ -3,7 +3,7 @@ import { DiscoveryModule } from '@nestjs/core';
 import type { DataSource } from 'typeorm';
 import { IdempotencyStore } from '../core/idempotency-store.js';
 import { IdempotencyConfigurationError } from '../errors/configuration.error.js';
-import { messages } from '../errors/messages.js';
+import { boardMessages } from './messages.js';
 import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { PostgresIdempotencyStore } from '../store/postgres-idempotency.store.js';
@@ -19,8 +19,8 @@ const PATH = /^[A-Za-z0-9._~-]+(\/[A-Za-z0-9._~-]+)*$/;
 
 function resolveBoardOptions(options: IdempotencyBoardOptions): ResolvedBoardOptions {
   const path = typeof options.path === 'string' ? options.path.replace(/^\/+|\/+$/g, '') : '';
-  if (!PATH.test(path)) throw new IdempotencyConfigurationError(messages.board.badPath);
-  if (!options.guard && options.unguarded !== true) throw new IdempotencyConfigurationError(messages.board.noGuard);
+  if (!PATH.test(path)) throw new IdempotencyConfigurationError(boardMessages.badPath);
+  if (!options.guard && options.unguarded !== true) throw new IdempotencyConfigurationError(boardMessages.noGuard);
   return {
     path,
     guard: options.guard,
@@ -58,7 +58,7 @@ export class IdempotencyBoardModule implements OnModuleInit {
           provide: BoardKeyStore,
           useFactory: (store: IdempotencyStore) => {
             if (!(store instanceof PostgresIdempotencyStore))
-              throw new IdempotencyConfigurationError(messages.board.noPostgresStore);
+              throw new IdempotencyConfigurationError(boardMessages.noPostgresStore);
             return store;
           },
           inject: [IdempotencyStore],
@@ -84,6 +84,6 @@ export class IdempotencyBoardModule implements OnModuleInit {
   constructor(@Inject(BOARD_OPTIONS) private readonly options: ResolvedBoardOptions) {}
 
   onModuleInit(): void {
-    if (this.options.unguarded) IdempotencyBoardModule.logger.warn(messages.board.unguarded(this.options.path));
+    if (this.options.unguarded) IdempotencyBoardModule.logger.warn(boardMessages.unguarded(this.options.path));
   }
 }

@@ -1,7 +1,7 @@
-import { IdempotencyConfigurationError } from '../errors/configuration.error.js';
-import { messages } from '../errors/messages.js';
-import { DEFAULT_HEADER } from '../idempotency.constants.js';
+import { IdempotencyConfigurationError } from '../core/configuration-error.js';
+import { DEFAULT_HEADER } from '../core/protocol.js';
 import { systemClock, type ClientClock } from './clock.js';
+import { clientMessages } from './messages.js';
 import { RetryBudget, type RetryBudgetOptions } from './retry-budget.js';
 
 /** `fetch` as the client calls it; Node's own by default. */
@@ -87,17 +87,17 @@ export function resolveClientOptions(options: IdempotentClientOptions = {}): Cli
   const clock = options.clock ?? systemClock;
   const keyHeader = options.keyHeader ?? CLIENT_DEFAULTS.keyHeader;
   if (typeof keyHeader !== 'string' || !/^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/.test(keyHeader)) {
-    throw new IdempotencyConfigurationError(messages.client.option('keyHeader', 'an HTTP header name', keyHeader));
+    throw new IdempotencyConfigurationError(clientMessages.option('keyHeader', 'an HTTP header name', keyHeader));
   }
   const initialDelay = wholeMs('initialDelay', options.initialDelay ?? CLIENT_DEFAULTS.initialDelay, 0);
   const maxDelay = wholeMs('maxDelay', options.maxDelay ?? CLIENT_DEFAULTS.maxDelay, initialDelay);
   const retryStatuses = options.retryStatuses ?? CLIENT_DEFAULTS.retryStatuses;
   if (!Array.isArray(retryStatuses)) {
-    throw new IdempotencyConfigurationError(messages.client.option('retryStatuses', 'a list of HTTP statuses', retryStatuses));
+    throw new IdempotencyConfigurationError(clientMessages.option('retryStatuses', 'a list of HTTP statuses', retryStatuses));
   }
   for (const status of retryStatuses) {
     if (!Number.isInteger(status) || !(RETRYABLE_CLIENT_ERRORS.has(status) || (status >= 500 && status <= 599))) {
-      throw new IdempotencyConfigurationError(messages.client.retryStatus(status));
+      throw new IdempotencyConfigurationError(clientMessages.retryStatus(status));
     }
   }
   let baseUrl: URL | undefined;
@@ -105,12 +105,12 @@ export function resolveClientOptions(options: IdempotentClientOptions = {}): Cli
     try {
       baseUrl = new URL(options.baseUrl);
     } catch {
-      throw new IdempotencyConfigurationError(messages.client.option('baseUrl', 'an absolute URL', String(options.baseUrl)));
+      throw new IdempotencyConfigurationError(clientMessages.option('baseUrl', 'an absolute URL', String(options.baseUrl)));
     }
   }
   const fetchFunction = options.fetch ?? globalThis.fetch;
   if (typeof fetchFunction !== 'function') {
-    throw new IdempotencyConfigurationError(messages.client.option('fetch', 'a fetch function', typeof fetchFunction));
+    throw new IdempotencyConfigurationError(clientMessages.option('fetch', 'a fetch function', typeof fetchFunction));
   }
   return {
     baseUrl,
@@ -137,7 +137,7 @@ export function requestMs(name: string, value: number | undefined, fallback: num
 
 function whole(name: string, value: unknown, min: number): number {
   if (!Number.isSafeInteger(value) || (value as number) < min) {
-    throw new IdempotencyConfigurationError(messages.client.option(name, `a whole number of at least ${min}`, value));
+    throw new IdempotencyConfigurationError(clientMessages.option(name, `a whole number of at least ${min}`, value));
   }
   return value as number;
 }
@@ -145,7 +145,7 @@ function whole(name: string, value: unknown, min: number): number {
 function wholeMs(name: string, value: unknown, min: number): number {
   if (!Number.isSafeInteger(value) || (value as number) < min) {
     throw new IdempotencyConfigurationError(
-      messages.client.option(name, `a whole number of milliseconds, at least ${min}`, value),
+      clientMessages.option(name, `a whole number of milliseconds, at least ${min}`, value),
     );
   }
   return value as number;

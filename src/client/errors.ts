@@ -1,4 +1,4 @@
-import { messages } from '../errors/messages.js';
+import { clientMessages } from './messages.js';
 
 /** Why the client stopped retrying an intent whose last answer could have been retried. */
 export type GiveUpReason = 'attempts' | 'deadline' | 'budget';
@@ -19,7 +19,7 @@ export class OutcomeUnknownError extends Error {
     readonly reason: GiveUpReason | 'aborted',
     cause: unknown,
   ) {
-    super(messages.client.outcomeUnknown(attempts, reason), { cause });
+    super(clientMessages.outcomeUnknown(attempts, reason), { cause });
     this.name = 'OutcomeUnknownError';
     this.#key = key;
   }

@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { messages } from '../errors/messages.js';
-import { ProblemType } from '../errors/problem-types.js';
+import { ProblemType } from '../core/protocol.js';
 import { fullJitterDelay, retryAfterMs } from './backoff.js';
 import {
   requestMs,
@@ -12,6 +11,7 @@ import {
 import { sleep } from './clock.js';
 import { OutcomeUnknownError, type GiveUpReason } from './errors.js';
 import { IdempotentResponse } from './idempotent-response.js';
+import { clientMessages } from './messages.js';
 import { keyHeaderValue } from './key-header.js';
 import type { RetryBudget } from './retry-budget.js';
 
@@ -147,7 +147,7 @@ export class IdempotentClient {
   private async attempt(url: URL, init: RequestInit, timeoutMs: number, callerSignal?: AbortSignal): Promise<AttemptOutcome> {
     const timeout = new AbortController();
     const cancelTimeout = this.settings.clock.schedule(timeoutMs, () =>
-      timeout.abort(new DOMException(messages.client.attemptTimedOut(timeoutMs), 'TimeoutError')),
+      timeout.abort(new DOMException(clientMessages.attemptTimedOut(timeoutMs), 'TimeoutError')),
     );
     const signal = callerSignal ? AbortSignal.any([callerSignal, timeout.signal]) : timeout.signal;
     try {
@@ -166,7 +166,7 @@ export class IdempotentClient {
   private attemptInit(request: IntentRequest, keyValue: string): RequestInit {
     const headers = new Headers(this.settings.headers);
     new Headers(request.headers).forEach((value, name) => headers.set(name, value));
-    if (headers.has(this.settings.keyHeader)) throw new TypeError(messages.client.keyInHeaders(this.settings.keyHeader));
+    if (headers.has(this.settings.keyHeader)) throw new TypeError(clientMessages.keyInHeaders(this.settings.keyHeader));
     headers.set(this.settings.keyHeader, keyValue);
     return {
       method: (request.method ?? 'POST').toUpperCase(),
@@ -177,7 +177,7 @@ export class IdempotentClient {
   }
 
   private encodeBody(request: IntentRequest, headers: Headers): Uint8Array | undefined {
-    if (request.json !== undefined && request.body !== undefined) throw new TypeError(messages.client.bodyAndJson);
+    if (request.json !== undefined && request.body !== undefined) throw new TypeError(clientMessages.bodyAndJson);
     if (request.json !== undefined) {
       if (!headers.has('content-type')) headers.set('content-type', 'application/json');
       return new TextEncoder().encode(JSON.stringify(request.json));
@@ -187,14 +187,14 @@ export class IdempotentClient {
     if (typeof body === 'string') return new TextEncoder().encode(body);
     if (body instanceof Uint8Array) return body;
     if (body instanceof ArrayBuffer) return new Uint8Array(body);
-    throw new TypeError(messages.client.body);
+    throw new TypeError(clientMessages.body);
   }
 
   private resolve(url: string | URL): URL {
     try {
       return new URL(url, this.settings.baseUrl);
     } catch {
-      throw new TypeError(messages.client.relativeUrl);
+      throw new TypeError(clientMessages.relativeUrl);
     }
   }
 }

@@ -1,4 +1,4 @@
-import { REPLAYED_HEADER } from '../idempotency.constants.js';
+import { REPLAYED_HEADER } from '../core/protocol.js';
 import type { GiveUpReason } from './errors.js';
 
 /**

@@ -16,4 +16,4 @@ export {
 export { systemClock, type ClientClock } from './clock.js';
 export { fullJitterDelay, retryAfterMs, type BackoffOptions } from './backoff.js';
 export { businessKey, businessKeyWithin, deriveKey, type DerivationScope, type DeriveKeyOptions } from '../core/derived-keys.js';
-export { IdempotencyConfigurationError } from '../errors/configuration.error.js';
+export { IdempotencyConfigurationError } from '../core/configuration-error.js';

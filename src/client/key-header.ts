@@ -1,4 +1,4 @@
-import { messages } from '../errors/messages.js';
+import { clientMessages } from './messages.js';
 
 const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
 
@@ -11,6 +11,6 @@ const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
  * @throws RangeError for a key the server could never accept
  */
 export function keyHeaderValue(key: string): string {
-  if (typeof key !== 'string' || !VISIBLE_ASCII.test(key)) throw new RangeError(messages.client.invalidKey);
+  if (typeof key !== 'string' || !VISIBLE_ASCII.test(key)) throw new RangeError(clientMessages.invalidKey);
   return key.includes(',') || key.startsWith('"') ? `"${key.replace(/[\\"]/g, '\\$&')}"` : key;
 }

@@ -1,5 +1,5 @@
-import { IdempotencyConfigurationError } from '../errors/configuration.error.js';
-import { messages } from '../errors/messages.js';
+import { IdempotencyConfigurationError } from '../core/configuration-error.js';
+import { clientMessages } from './messages.js';
 import { systemClock, type ClientClock } from './clock.js';
 
 export interface RetryBudgetOptions {
@@ -52,13 +52,13 @@ export class RetryBudget {
     this.minRetries = options.minRetries ?? RETRY_BUDGET_DEFAULTS.minRetries;
     this.window = options.window ?? RETRY_BUDGET_DEFAULTS.window;
     if (typeof this.ratio !== 'number' || !(this.ratio >= 0 && this.ratio <= 1)) {
-      throw new IdempotencyConfigurationError(messages.client.budgetRatio(options.ratio));
+      throw new IdempotencyConfigurationError(clientMessages.budgetRatio(options.ratio));
     }
     if (!Number.isSafeInteger(this.minRetries) || this.minRetries < 0) {
-      throw new IdempotencyConfigurationError(messages.client.budgetMinRetries(options.minRetries));
+      throw new IdempotencyConfigurationError(clientMessages.budgetMinRetries(options.minRetries));
     }
     if (!Number.isSafeInteger(this.window) || this.window < SLICES) {
-      throw new IdempotencyConfigurationError(messages.client.budgetWindow(options.window));
+      throw new IdempotencyConfigurationError(clientMessages.budgetWindow(options.window));
     }
     this.clock = options.clock ?? systemClock;
     this.sliceMs = this.window / SLICES;

@@ -1,7 +1,1 @@
-/** Thrown at start-up when the module is configured in a way that cannot work; the message says how to fix it. */
-export class IdempotencyConfigurationError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'IdempotencyConfigurationError';
-  }
-}
+export { IdempotencyConfigurationError } from '../core/configuration-error.js';

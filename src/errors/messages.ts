@@ -13,7 +13,11 @@ const tableFix = (table: TableFix) =>
   '(`dataSourceFactory: migratingDataSourceFactory()` in TypeOrmModule.forRootAsync runs them safely on several instances)' +
   (table.entity ? `, or, without migrations, add ${table.entity} to \`entities\` with \`synchronize: true\`.` : '.');
 
-/** Every message the module produces, in one place. */
+/**
+ * The messages of the root entry (the module, its request path, the store and the sweeper), in one place.
+ * A subpath's own messages live beside it (src/client/messages.ts, src/outbox/messages.ts, ...), so an
+ * entry loads no other entry's text, and the Nest-free client none of this file.
+ */
 export const messages = {
   config: {
     missingOptions: 'IdempotencyModule needs options: IdempotencyModule.forRoot({ tenant: (ctx) => ... }).',
@@ -169,152 +173,11 @@ export const messages = {
   capture: {
     responseTooLarge: (maxBytes: number) => `The response is larger than maxResponseBytes (${maxBytes} bytes).`,
   },
-  /** The outbox relay's errors and logs; they name a message by id and topic, never by payload. */
-  outbox: {
-    duplicateHandler: (topic: string) => `OutboxRelay: a handler for "${topic}" is already registered.`,
-    noHandler: (topic: string) => `No outbox handler is registered for topic "${topic}".`,
-    deliveryTimedOut: (ms: number) =>
-      `The handler did not settle within deliveryTimeout (${ms} ms); its AbortSignal was aborted and the delivery counted as failed.`,
-    relayed: (r: { claimed: number; delivered: number; retried: number; deadLettered: number; unsettled: number }) =>
-      `Relayed ${r.claimed} outbox messages: ${r.delivered} delivered, ${r.retried} to retry, ${r.deadLettered} dead-lettered` +
-      (r.unsettled > 0 ? `, ${r.unsettled} delivered but not yet marked delivered.` : '.'),
-    deadLettered: (id: string, topic: string, attempts: number, reason: string) =>
-      `Outbox message ${id} (${topic}) dead-lettered after ${attempts} attempts: ${reason}`,
-    unsettled: (id: string, topic: string, reason: string) =>
-      `Outbox message ${id} (${topic}) was delivered, but marking it delivered failed: ${reason}. It does not count as a ` +
-      'failed attempt: this relay marks it on a later round, or, if its lock expires first, another relay delivers it again.',
-    attemptsExhausted: (attempts: number, maxAttempts: number) =>
-      `Its delivery was attempted ${attempts} times (maxAttempts ${maxAttempts}), so it is not delivered again: the last ` +
-      'attempt ended without a result (its relay stopped, or its lock expired mid-delivery), or maxAttempts was lowered since.',
-    exhaustedUnrecorded: (id: string, topic: string, reason: string) =>
-      `Outbox message ${id} (${topic}) has no attempt left, but dead-lettering it failed: ${reason}. It is not delivered; ` +
-      'the relay that claims it after its lock expires dead-letters it.',
-    lockNotRenewed: (id: string, topic: string, reason: string) =>
-      `Outbox message ${id} (${topic}) was not delivered: its lock could not be renewed for the delivery (${reason}). It is ` +
-      'tried again once its lock expires; this counted as one of its attempts.',
-    renewalTooSlow: 'the renewal took longer than lockTimeout minus deliveryTimeout',
-    failureUnrecorded: (id: string, topic: string, reason: string) =>
-      `Outbox message ${id} (${topic}) failed, and recording the failure failed too: ${reason}. It is retried once its lock expires.`,
-    roundFailed: (reason: string) => `Relay round failed: ${reason}`,
-  },
-  /** What `applyIdempotencyToOpenApi` writes into an OpenAPI document. */
-  openapi: {
-    keyHeader: (required: boolean, maxKeyLength: number, ttl: string) =>
-      'Makes the request safe to retry: a retry with the same key and the same request gets the first response again ' +
-      `(with Idempotent-Replayed: true) for ${ttl}; the same key with another request answers 422. ` +
-      `${required ? 'Required.' : 'Optional: without it the request runs without idempotency.'} 1 to ${maxKeyLength} visible ` +
-      'ASCII characters (0x21-0x7E), case-sensitive; a bare token may not contain a comma, or send an RFC 8941 string ("...").',
-    replayedHeader: 'Present, with the value true, when this is the stored response of an earlier request with the same key.',
-    retryAfter: 'Seconds to wait before retrying with the same key.',
-    badRequest: 'The idempotency key is missing, malformed, repeated or too long, or the body cannot be fingerprinted.',
-    conflict: 'A request with this key is still being processed, or this attempt lost its lease; retry after Retry-After.',
-    mismatch: 'The key was already used with a different request (method, route, parameters, query or body).',
-    unavailable: 'The idempotency store cannot be reached; the request was not processed. Retry after Retry-After.',
-    problem: 'An RFC 9457 problem: `type` is a stable URI per case.',
-    swaggerUnloadable: (reason: string) =>
-      `@nestjs/swagger is installed but could not be loaded, so idempotent routes are not marked for OpenAPI: ${reason}. ` +
-      'Check that its version matches your NestJS major version.',
-    marksModuleMissing:
-      'applyIdempotencyToOpenApi found no idempotent operation, and no IdempotencyOpenApiModule marked the routes of an app ' +
-      "in this process: add `imports: [IdempotencyOpenApiModule]` (from 'nest-idempotency-pg/openapi') beside " +
-      'IdempotencyModule.forRoot(...), then generate the document.',
-  },
-  /** `IdempotencyHealthIndicator`: what its result says; never a key, a tenant or a body. */
+  /** The sweeper's report of a partitioned key table's upkeep. */
   sweeper: {
     partitions: (p: { made: number; retired: number; retiredKeys: number; postponed: boolean }) =>
       `Retired ${p.retired} partition${p.retired === 1 ? '' : 's'} of the key table (about ${p.retiredKeys} keys); made ` +
       `${p.made} ahead.${p.postponed ? ' A partition change did not get its lock in time and is put off to the next run.' : ''}`,
-  },
-  health: {
-    terminusMissing:
-      'IdempotencyHealthIndicator.isHealthy() needs @nestjs/terminus: npm i @nestjs/terminus and import TerminusModule ' +
-      'where your health controller lives, or call report() for a result without Terminus.',
-    timedOut: (ms: number) => `No answer within ${ms} ms.`,
-    sweeperOverdue: (ms: number) => `The sweeper has not finished a run for ${Math.round(ms / 1000)} s.`,
-    sweeperFailed: (reason: string) => `The last sweep failed: ${reason}`,
-    backlog: (limit: number) =>
-      `At least ${limit} expired keys wait to be swept: the sweeper is off, failing or falling behind (expired keys still count as absent).`,
-    partitionsAhead: (aheadMs: number, intervalMs: number) =>
-      aheadMs <= 0
-        ? 'No partition of the key table covers now: new keys go to its default partition. Partition upkeep (pg_partman ' +
-          "or the module's sweeper run) is not running or failing."
-        : `The newest partition of the key table ends in ${Math.round(aheadMs / 60_000)} min, less than one partition ` +
-          `(${Math.round(intervalMs / 60_000)} min) ahead: partition upkeep (pg_partman or the module's sweeper run) is falling behind.`,
-    defaultPartitionRows: (count: number, capped: boolean) =>
-      `${count}${capped ? ' or more' : ''} key${count === 1 && !capped ? '' : 's'} sit in the default partition of the key ` +
-      'table: no partition covered their time when they were claimed (upkeep fell behind). They are correct there, but ' +
-      'retired row by row; keep partitions ahead.',
-    partitionsOverdue: (count: number) =>
-      `${count} partitions of the key table hold nothing live but are still attached: retirement is off, failing, or cannot ` +
-      'get its lock (a long transaction on the key table).',
-    deadLetters: (count: number, capped: boolean) =>
-      `${count}${capped ? ' or more' : ''} outbox message${count === 1 && !capped ? ' is' : 's are'} dead-lettered: ` +
-      'fix the cause, then redrive them (Outbox.store.redrive()).',
-  },
-  /** The client (`nest-idempotency-pg/client`); no message names a key, a body or a header value. */
-  client: {
-    option: (name: string, expected: string, value: unknown) =>
-      `IdempotentClient: \`${name}\` must be ${expected}, got ${JSON.stringify(value) ?? String(value)}.`,
-    retryStatus: (status: unknown) =>
-      `IdempotentClient: \`retryStatuses\` may not include ${JSON.stringify(status)}. Only 408, 409, 425, 429 and 5xx ` +
-      "statuses can be retried: any other 4xx (a 400, a 422) is the server's definite answer about the request itself, " +
-      'which the same request with the same key can only get again. Fix the request instead.',
-    budgetRatio: (value: unknown) =>
-      `RetryBudget: \`ratio\` must be a number from 0 to 1 (the share of requests that may be retried), got ${JSON.stringify(value)}.`,
-    budgetMinRetries: (value: unknown) =>
-      `RetryBudget: \`minRetries\` must be a whole number of retries allowed per window (0 or more), got ${JSON.stringify(value)}.`,
-    budgetWindow: (value: unknown) =>
-      `RetryBudget: \`window\` must be a whole number of milliseconds, at least 10, got ${JSON.stringify(value)}.`,
-    invalidKey:
-      'The idempotency key must be one or more visible ASCII characters (0x21-0x7E). Leave `key` out for a random one, ' +
-      'or build one from business identity with businessKey(...).',
-    keyInHeaders: (header: string) =>
-      `Pass the idempotency key as \`key\`, not as a ${header} header: the client sends it, the same, on every attempt.`,
-    bodyAndJson: 'Give a request either `json` or `body`, not both.',
-    body: 'A request body must be a string, a Uint8Array or an ArrayBuffer: every attempt sends the same bytes, which a stream cannot.',
-    relativeUrl:
-      'The request URL is relative but the client has no `baseUrl`: give the client a baseUrl or the request an absolute URL.',
-    outcomeUnknown: (attempts: number, reason: 'attempts' | 'deadline' | 'budget' | 'aborted') =>
-      `No answer after ${attempts} attempt${attempts === 1 ? '' : 's'} (${
-        {
-          attempts: 'no attempts left',
-          deadline: 'the deadline passed',
-          budget: "the client's retry budget is spent",
-          aborted: 'aborted by the caller',
-        }[reason]
-      }): the request may or may not have taken effect. Send it again later with the same key (error.key) to learn its outcome.`,
-    attemptTimedOut: (ms: number) => `The attempt got no complete answer within ${ms} ms.`,
-  },
-  /** Outbound calls from handlers with derived keys (`createDownstreamFetch`, `attachDownstreamKeys`, `IdempotentHttpModule`). */
-  outbound: {
-    header: (value: unknown) =>
-      `Downstream keys: \`header\` must be an HTTP header name (token characters only), got ${JSON.stringify(value)}.`,
-    methods: (value: unknown) =>
-      `Downstream keys: \`methods\` must be a list of HTTP method names, e.g. ['POST', 'PATCH'], got ${JSON.stringify(value)}.`,
-    purpose: 'Downstream keys: a call\'s `idempotencyPurpose` must be a non-empty string, e.g. "charge".',
-    repeatedCall: (method: string, path: string) =>
-      `A second ${method} ${path} in one idempotent execution, without an \`idempotencyPurpose\`: both calls would carry the ` +
-      'same derived key, so the provider would answer the second with the outcome of the first. Give each call a purpose of ' +
-      "its own (e.g. 'charge' and 'fee'); give the same purpose again only when the call is a retry of the same operation.",
-    axiosMissing:
-      'IdempotentHttpModule needs @nestjs/axios and axios: npm i @nestjs/axios axios. Or, without them, use ' +
-      'createDownstreamFetch() for fetch, or attachDownstreamKeys(instance) on an axios instance of your own.',
-  },
-  /** The effect ledger (`EffectLedger`). */
-  ledger: {
-    noTransaction:
-      'EffectLedger.once() needs a transaction: call it inside an @Idempotent() handler or IdempotencyService.execute() ' +
-      '(it joins their transaction), or pass the EntityManager of a transaction of your own. A ledger row that commits ' +
-      'apart from its effect proves nothing.',
-    tenant:
-      'EffectLedger: no tenant. Inside an idempotent execution the ledger uses its tenant; elsewhere pass { tenant }. ' +
-      'There is no shared fallback scope.',
-    key: (value: unknown) =>
-      `EffectLedger: the business key must be a non-empty string such as 'order:1042:capture' (businessKey() builds one), got ${
-        JSON.stringify(value) ?? String(value)
-      }.`,
-    scope: (value: unknown) =>
-      `EffectLedger: \`scope\` must be a non-empty string, got ${JSON.stringify(value) ?? String(value)}.`,
   },
   /** Idempotent message handlers (`@Idempotent()` on `@EventPattern` / `@MessagePattern`); no message names a key or a payload. */
   consumer: {
@@ -345,15 +208,6 @@ export const messages = {
       `Could not ${action} a message for ${route}: ${reason}. The broker redelivers it when its channel or ack timer ` +
       'ends. With RabbitMQ, consume with `noAck: false`: the module acknowledges each message itself, after its commit.',
   },
-  /** `JetStreamServer` (nest-idempotency-pg/jetstream); no message names a key or a payload. */
-  jetstream: {
-    maxMessages: (value: unknown) =>
-      `JetStreamServer: \`maxMessages\` must be a whole number of at least 1 (the handlers run at once), got ${
-        JSON.stringify(value) ?? String(value)
-      }. Keep it at or below the data source's pool size: each running handler holds a connection for its transaction.`,
-    pullFailed: (stream: string, consumer: string, reason: string, retryMs: number) =>
-      `JetStreamServer: pulling messages from ${stream}/${consumer} failed (${reason}); trying again in ${retryMs} ms.`,
-  },
   /** The app's own transaction manager (the module's `transactionManager`). */
   transactionManager: {
     invalid:
@@ -362,36 +216,6 @@ export const messages = {
     notSetUp: (name: string) =>
       `${name} was used before IdempotencyModule set it up at start-up: give it to IdempotencyModule.forRoot({ ` +
       'transactionManager }) (or forRootAsync), and start the app with app.init() or app.listen().',
-    clsMissing:
-      'clsTransactional() needs nestjs-cls and @nestjs-cls/transactional with its TypeORM adapter: ' +
-      'npm i nestjs-cls @nestjs-cls/transactional @nestjs-cls/transactional-adapter-typeorm.',
-    clsNoHost: (connectionName: string | undefined) =>
-      `clsTransactional(): no TransactionHost${connectionName ? ` for connectionName "${connectionName}"` : ''} is registered. ` +
-      'Register the plugin as its docs say: ClsModule.forRoot({ global: true, plugins: [new ClsPluginTransactional({ ' +
-      `imports: [TypeOrmModule], ${connectionName ? `connectionName: '${connectionName}', ` : ''}adapter: new ` +
-      'TransactionalAdapterTypeOrm({ dataSourceToken: getDataSourceToken() }) })] }), and give clsTransactional() the same ' +
-      'connectionName.',
-    clsUnsupported:
-      'clsTransactional(): this version of @nestjs-cls/transactional has no TransactionHost#setTxInstance, which the module ' +
-      'uses to make its transaction the active one. Use @nestjs-cls/transactional 3.x (3.3 is tested).',
-    clsOtherDataSource: (connectionName: string | undefined) =>
-      `clsTransactional(): the TransactionHost${connectionName ? ` "${connectionName}"` : ''} does not manage the data source ` +
-      "IdempotencyModule uses, so its transactions could not be the module's. Give TransactionalAdapterTypeOrm the " +
-      "dataSourceToken of the module's data source (getDataSourceToken(name) for IdempotencyModule's `dataSource`), or " +
-      'name the right connectionName.',
-    typeormTransactionalMissing: 'typeormTransactional() needs typeorm-transactional: npm i typeorm-transactional.',
-    typeormTransactionalNotInitialized:
-      'typeormTransactional(): typeorm-transactional is not initialised. Call initializeTransactionalContext() before ' +
-      'NestFactory.create(), and register the data source with addTransactionalDataSource(dataSource) (e.g. in ' +
-      "TypeOrmModule.forRootAsync's dataSourceFactory), as its docs say.",
-    typeormTransactionalNoDataSource: (name: string) =>
-      `typeormTransactional(): no data source named "${name}" was registered with typeorm-transactional. Call ` +
-      `addTransactionalDataSource(${name === 'default' ? 'dataSource' : `{ name: '${name}', dataSource }`}) for the data ` +
-      'source IdempotencyModule uses, or give typeormTransactional({ dataSourceName }) the name it was registered under.',
-    typeormTransactionalOtherDataSource: (name: string) =>
-      `typeormTransactional(): the data source registered as "${name}" with typeorm-transactional is not the one ` +
-      "IdempotencyModule uses, so its transactions could not be the module's. Register the module's data source, or give " +
-      'typeormTransactional({ dataSourceName }) the name it was registered under.',
   },
   /** Idempotent GraphQL mutations (`@Idempotent()` on a resolver). */
   graphql: {
@@ -399,29 +223,5 @@ export const messages = {
       'The GraphQL context carries no HTTP request, so the idempotency key header cannot be read. Put the request in the ' +
       'context (Apollo on Express: `context: ({ req }) => ({ req })`; on Fastify: `context: (req) => ({ req })`), or ' +
       'pass the key as an argument and name it with `key` in @Idempotent().',
-  },
-  /** The operator board (`nest-idempotency-pg/board`); no message names a key, a tenant or a body. */
-  board: {
-    noGuard:
-      'IdempotencyBoardModule.forRoot() needs a guard: the board shows keys and outcomes and can release keys and ' +
-      'redrive messages. Pass { guard: YourAdminGuard } (a class or an instance), or { unguarded: true } for a local tool.',
-    unguarded: (path: string) =>
-      `The idempotency board at /${path} runs without a guard (unguarded: true): anyone who reaches it can see keys and ` +
-      'release them.',
-    badPath: 'IdempotencyBoardModule.forRoot({ path }): give the path the board is mounted at, e.g. "board".',
-    noPostgresStore:
-      'The idempotency board reads the key table of PostgresIdempotencyStore; with a store of your own it cannot run. ' +
-      'Leave it out of the imports.',
-    badScope:
-      "The board's scope function gave neither { tenant } nor { allTenants: true } for this operator, so nothing is shown.",
-    csrf:
-      "This action needs the board's anti-forgery token: reload the board page and try again (requests from other " +
-      'sites are refused).',
-    badRequest: (what: string) => `The request's ${what} is missing or malformed.`,
-    notFound: 'No such key for this tenant, or it is not yours to see.',
-    released: 'That attempt no longer holds the key: it finished, was taken over, or was released already. Refresh.',
-    timedOut: (ms: number) =>
-      `The key table did not answer within ${ms} ms (counting a very large table is a full scan). Try again later, or ` +
-      'look up single keys.',
   },
 } as const;

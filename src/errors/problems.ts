@@ -2,9 +2,9 @@ import { HttpException, HttpStatus } from '@nestjs/common';
 import type { KeyRejection } from '../core/key.js';
 import type { StoredResponse } from '../core/idempotency-store.js';
 import { messages } from './messages.js';
-import { ProblemType } from './problem-types.js';
+import { ProblemType } from '../core/protocol.js';
 
-export { PROBLEM_TYPE_BASE, ProblemType } from './problem-types.js';
+export { PROBLEM_TYPE_BASE, ProblemType } from '../core/protocol.js';
 
 export interface ProblemDetails {
   type: string;

@@ -2,7 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { randomUUID } from 'node:crypto';
 import { IdempotencyConfigurationError } from '../errors/configuration.error.js';
-import { messages } from '../errors/messages.js';
+import { healthMessages } from './messages.js';
 import { IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { Outbox } from '../outbox/outbox.js';
@@ -174,13 +174,13 @@ export class IdempotencyHealthIndicator {
     const sweep = this.options.sweep;
     const last = this.sweeper.lastRun;
     const problems: string[] = [];
-    if (last?.error !== undefined) problems.push(messages.health.sweeperFailed(reasonOf(last.error)));
+    if (last?.error !== undefined) problems.push(healthMessages.sweeperFailed(reasonOf(last.error)));
     if (sweep.scheduled) {
       // One missed tick of slack, plus a run's whole time budget.
       const sinceMs = Date.now() - (last?.finishedAt.getTime() ?? this.startedAt);
-      if (sinceMs > 2 * sweep.intervalMs + sweep.maxDurationMs) problems.push(messages.health.sweeperOverdue(sinceMs));
+      if (sinceMs > 2 * sweep.intervalMs + sweep.maxDurationMs) problems.push(healthMessages.sweeperOverdue(sinceMs));
     }
-    if (backlog?.ok && backlog.value >= maxBacklog) problems.push(messages.health.backlog(maxBacklog));
+    if (backlog?.ok && backlog.value >= maxBacklog) problems.push(healthMessages.backlog(maxBacklog));
     if (backlog && !backlog.ok) problems.push(backlog.message);
     return {
       status: problems.length > 0 ? 'degraded' : 'up',
@@ -199,7 +199,7 @@ export class IdempotencyHealthIndicator {
     try {
       terminus = await import('@nestjs/terminus');
     } catch {
-      throw new IdempotencyConfigurationError(messages.health.terminusMissing);
+      throw new IdempotencyConfigurationError(healthMessages.terminusMissing);
     }
     let indicators: HealthIndicators;
     try {
@@ -222,12 +222,12 @@ function partitionsHealth(
   const problems: string[] = [];
   const { aheadMs, intervalMs } = partitions;
   if (!partitions.coversNow || aheadMs === null || (intervalMs !== null && aheadMs < intervalMs)) {
-    problems.push(messages.health.partitionsAhead(partitions.coversNow ? (aheadMs ?? 0) : 0, intervalMs ?? 0));
+    problems.push(healthMessages.partitionsAhead(partitions.coversNow ? (aheadMs ?? 0) : 0, intervalMs ?? 0));
   }
   if (partitions.defaultRows > 0) {
-    problems.push(messages.health.defaultPartitionRows(partitions.defaultRows, partitions.defaultRows >= defaultRowsLimit));
+    problems.push(healthMessages.defaultPartitionRows(partitions.defaultRows, partitions.defaultRows >= defaultRowsLimit));
   }
-  if (partitions.retirable > maxRetirable) problems.push(messages.health.partitionsOverdue(partitions.retirable));
+  if (partitions.retirable > maxRetirable) problems.push(healthMessages.partitionsOverdue(partitions.retirable));
   return {
     status: problems.length > 0 ? 'degraded' : 'up',
     partitions,
@@ -238,7 +238,7 @@ function partitionsHealth(
 function outboxHealth(dead: Settled<number>, maxDead: number, limit: number): OutboxHealth {
   if (!dead.ok) return { status: 'degraded', message: dead.message };
   if (dead.value <= maxDead) return { status: 'up', deadLetters: dead.value };
-  return { status: 'degraded', deadLetters: dead.value, message: messages.health.deadLetters(dead.value, dead.value >= limit) };
+  return { status: 'degraded', deadLetters: dead.value, message: healthMessages.deadLetters(dead.value, dead.value >= limit) };
 }
 
 type Settled<T> = { ok: true; value: T } | { ok: false; message: string };
@@ -247,7 +247,7 @@ type Settled<T> = { ok: true; value: T } | { ok: false; message: string };
 async function settle<T>(promise: Promise<T>, timeoutMs: number): Promise<Settled<T>> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   const timedOut = new Promise<Settled<T>>((resolve) => {
-    timer = setTimeout(() => resolve({ ok: false, message: messages.health.timedOut(timeoutMs) }), timeoutMs);
+    timer = setTimeout(() => resolve({ ok: false, message: healthMessages.timedOut(timeoutMs) }), timeoutMs);
   });
   const outcome = promise.then(
     (value): Settled<T> => ({ ok: true, value }),

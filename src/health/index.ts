@@ -15,3 +15,4 @@ export {
   type StoreHealth,
   type SweeperHealth,
 } from './idempotency-health.indicator.js';
+export type { PartitionStatus } from '../store/partitioned/partition-retention.js';

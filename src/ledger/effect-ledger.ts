@@ -1,6 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { DataSource, EntityManager } from 'typeorm';
-import { messages } from '../errors/messages.js';
+import { ledgerMessages } from './messages.js';
 import { DEFAULT_LEDGER_TABLE_NAME, IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import type { RequiredTable } from '../store/required-table.js';
@@ -74,7 +74,7 @@ export class EffectLedger {
     maybeOptions?: EffectKeyOptions,
   ): Promise<boolean> {
     const { manager, key, options } = this.arguments(managerOrKey, keyOrOptions, maybeOptions);
-    if (!manager.queryRunner?.isTransactionActive) throw new EffectLedgerUsageError(messages.ledger.noTransaction);
+    if (!manager.queryRunner?.isTransactionActive) throw new EffectLedgerUsageError(ledgerMessages.noTransaction);
     const { tenant, scope } = this.scopeOf(key, options);
     const generation = idempotencyContext.getStore()?.scope?.generation ?? null;
     const rows = (await manager.query(recordEffectSql(this.tableName), [tenant, scope, key, generation])) as unknown[];
@@ -96,19 +96,19 @@ export class EffectLedger {
   ): { manager: EntityManager; key: string; options?: EffectKeyOptions } {
     if (typeof managerOrKey === 'string') {
       const context = idempotencyContext.getStore();
-      if (!context?.transactional) throw new EffectLedgerUsageError(messages.ledger.noTransaction);
+      if (!context?.transactional) throw new EffectLedgerUsageError(ledgerMessages.noTransaction);
       return { manager: context.manager, key: managerOrKey, options: keyOrOptions as EffectKeyOptions | undefined };
     }
     return { manager: managerOrKey, key: keyOrOptions as string, options: maybeOptions };
   }
 
   private scopeOf(key: unknown, options: EffectKeyOptions | undefined): { tenant: string; scope: string } {
-    if (typeof key !== 'string' || key === '') throw new EffectLedgerUsageError(messages.ledger.key(key));
+    if (typeof key !== 'string' || key === '') throw new EffectLedgerUsageError(ledgerMessages.key(key));
     const scope = options?.scope ?? DEFAULT_SCOPE;
-    if (typeof scope !== 'string' || scope === '') throw new EffectLedgerUsageError(messages.ledger.scope(scope));
+    if (typeof scope !== 'string' || scope === '') throw new EffectLedgerUsageError(ledgerMessages.scope(scope));
     // Never a shared fallback: an effect without a tenant would be refused for every other tenant.
     const tenant = options?.tenant ?? idempotencyContext.getStore()?.scope?.tenant;
-    if (typeof tenant !== 'string' || tenant === '') throw new EffectLedgerUsageError(messages.ledger.tenant);
+    if (typeof tenant !== 'string' || tenant === '') throw new EffectLedgerUsageError(ledgerMessages.tenant);
     return { tenant, scope };
   }
 }

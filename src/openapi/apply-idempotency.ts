@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import ms from 'ms';
 import { parseIdempotencyKey } from '../core/key.js';
-import { messages } from '../errors/messages.js';
+import { openApiMessages } from './messages.js';
 import { PROBLEM_CONTENT_TYPE, problems, type IdempotencyProblemException } from '../errors/problems.js';
 import { REPLAYED_HEADER } from '../idempotency.constants.js';
 import { OPENAPI_EXTENSION, openApiMarking, type IdempotencyOperationMark } from './openapi-marks.js';
@@ -68,7 +68,7 @@ export function applyIdempotencyToOpenApi<D extends OpenApiDocumentLike>(documen
       documented = true;
     }
   }
-  if (!documented && !openApiMarking.ran) new Logger('IdempotencyOpenApiModule').warn(messages.openapi.marksModuleMissing);
+  if (!documented && !openApiMarking.ran) new Logger('IdempotencyOpenApiModule').warn(openApiMessages.marksModuleMissing);
   if (documented) {
     const doc = document as Json;
     doc.components ??= {};
@@ -119,7 +119,7 @@ function keyParameter(mark: IdempotencyOperationMark): Json {
     name: mark.header,
     in: 'header',
     required: mark.required,
-    description: messages.openapi.keyHeader(mark.required, mark.maxKeyLength, ms(mark.ttlMs, { long: true })),
+    description: openApiMessages.keyHeader(mark.required, mark.maxKeyLength, ms(mark.ttlMs, { long: true })),
     schema: {
       type: 'string',
       minLength: 1,
@@ -131,12 +131,12 @@ function keyParameter(mark: IdempotencyOperationMark): Json {
 }
 
 const replayedHeader = (): Json => ({
-  description: messages.openapi.replayedHeader,
+  description: openApiMessages.replayedHeader,
   schema: { type: 'string', enum: ['true'] },
 });
 
 const retryAfterHeader = (): Json => ({
-  description: messages.openapi.retryAfter,
+  description: openApiMessages.retryAfter,
   schema: { type: 'integer', minimum: 1 },
 });
 
@@ -156,7 +156,7 @@ function moduleAnswers(mark: IdempotencyOperationMark): Record<string, ModuleAns
   const invalidKey = badKey.ok ? undefined : problems.invalidKey(badKey.reason, badKey.detail);
   return {
     400: {
-      description: messages.openapi.badRequest,
+      description: openApiMessages.badRequest,
       examples: {
         ...(mark.required ? { missingKey: example(problems.missingKey(mark.header)) } : {}),
         ...(invalidKey ? { invalidKey: example(invalidKey) } : {}),
@@ -165,17 +165,17 @@ function moduleAnswers(mark: IdempotencyOperationMark): Record<string, ModuleAns
       retryAfter: false,
     },
     409: {
-      description: messages.openapi.conflict,
+      description: openApiMessages.conflict,
       examples: { conflict: example(problems.conflict(1)), leaseLost: example(problems.leaseLost()) },
       retryAfter: true,
     },
     422: {
-      description: messages.openapi.mismatch,
+      description: openApiMessages.mismatch,
       examples: { mismatch: example(problems.mismatch()) },
       retryAfter: false,
     },
     503: {
-      description: messages.openapi.unavailable,
+      description: openApiMessages.unavailable,
       examples: { unavailable: example(problems.unavailable(1, undefined, 'not-run')) },
       retryAfter: true,
     },
@@ -185,7 +185,7 @@ function moduleAnswers(mark: IdempotencyOperationMark): Record<string, ModuleAns
 function problemSchema(): Json {
   return {
     type: 'object',
-    description: messages.openapi.problem,
+    description: openApiMessages.problem,
     required: ['type', 'title', 'status', 'detail'],
     properties: {
       type: { type: 'string', format: 'uri', example: problems.conflict(1).problem.type },

@@ -2,7 +2,7 @@ import { Logger, type Provider, type Type } from '@nestjs/common';
 import { PATH_METADATA } from '@nestjs/common/constants.js';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { IdempotencyConfigurationError } from '../errors/configuration.error.js';
-import { messages } from '../errors/messages.js';
+import { openApiMessages } from './messages.js';
 import { IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { IdempotentRoutes } from '../http/route-settings.js';
@@ -95,7 +95,7 @@ async function loadSwagger(): Promise<Swagger | undefined> {
       typeof message === 'string' &&
       message.includes("'@nestjs/swagger'");
     if (!absent) {
-      new Logger('IdempotencyOpenApiModule').warn(messages.openapi.swaggerUnloadable(String(message)));
+      new Logger('IdempotencyOpenApiModule').warn(openApiMessages.swaggerUnloadable(String(message)));
     }
     return undefined;
   }

@@ -1,6 +1,6 @@
 import { deriveKey, type DeriveKeyOptions } from '../core/derived-keys.js';
 import { IdempotencyConfigurationError } from '../errors/configuration.error.js';
-import { messages } from '../errors/messages.js';
+import { outboundMessages } from './messages.js';
 import { DEFAULT_HEADER } from '../idempotency.constants.js';
 import { idempotencyContext } from '../transaction/idempotency-context.js';
 
@@ -27,11 +27,10 @@ const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 
 export function resolveDownstreamKeyOptions(options: DownstreamKeyOptions = {}): ResolvedDownstreamKeyOptions {
   const header = options.header ?? DOWNSTREAM_KEY_DEFAULTS.header;
-  if (typeof header !== 'string' || !TOKEN.test(header))
-    throw new IdempotencyConfigurationError(messages.outbound.header(header));
+  if (typeof header !== 'string' || !TOKEN.test(header)) throw new IdempotencyConfigurationError(outboundMessages.header(header));
   const methods = options.methods ?? DOWNSTREAM_KEY_DEFAULTS.methods;
   if (!Array.isArray(methods) || methods.length === 0 || !methods.every((m) => typeof m === 'string' && TOKEN.test(m))) {
-    throw new IdempotencyConfigurationError(messages.outbound.methods(methods));
+    throw new IdempotencyConfigurationError(outboundMessages.methods(methods));
   }
   try {
     // Checked now rather than on the first call: deriveKey refuses a bad maxLength.
@@ -76,13 +75,13 @@ export function downstreamKeyFor(
   const scope = idempotencyContext.getStore()?.scope;
   if (!scope) return undefined;
   if (purpose !== undefined) {
-    if (typeof purpose !== 'string' || purpose === '') throw new TypeError(messages.outbound.purpose);
+    if (typeof purpose !== 'string' || purpose === '') throw new TypeError(outboundMessages.purpose);
     return deriveKey(scope, purpose, options.derive);
   }
   const path = pathOf(url);
   const derived = `${upper} ${path}`;
   const used = defaultPurposesUsed.get(scope) ?? new Set<string>();
-  if (used.has(derived)) throw new IdempotencyConfigurationError(messages.outbound.repeatedCall(upper, path));
+  if (used.has(derived)) throw new IdempotencyConfigurationError(outboundMessages.repeatedCall(upper, path));
   used.add(derived);
   defaultPurposesUsed.set(scope, used);
   return deriveKey(scope, derived, options.derive);

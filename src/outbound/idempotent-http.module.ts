@@ -1,5 +1,5 @@
 import { Module, type DynamicModule } from '@nestjs/common';
-import { messages } from '../errors/messages.js';
+import { outboundMessages } from './messages.js';
 import { attachDownstreamKeys } from './axios-downstream-keys.js';
 import { resolveDownstreamKeyOptions, type DownstreamKeyOptions } from './downstream-request-key.js';
 import { loadOptionalPackage } from './optional-package.js';
@@ -31,7 +31,7 @@ export class IdempotentHttpModule {
     const { http, ...keyOptions } = options;
     // Refused at start-up, before @nestjs/axios is even looked for.
     resolveDownstreamKeyOptions(keyOptions);
-    const { HttpModule, HttpService } = await loadOptionalPackage<NestAxios>('@nestjs/axios', messages.outbound.axiosMissing);
+    const { HttpModule, HttpService } = await loadOptionalPackage<NestAxios>('@nestjs/axios', outboundMessages.axiosMissing);
     return {
       module: IdempotentHttpModule,
       imports: [HttpModule.register(http ?? {})],

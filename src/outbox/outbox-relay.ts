@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger, Optional, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { randomUUID } from 'node:crypto';
-import { messages } from '../errors/messages.js';
+import { outboxMessages } from './messages.js';
 import type { EngineObserver } from '../core/observer.js';
 import { IDEMPOTENCY_OBSERVER, IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
@@ -86,7 +86,7 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
 
   /** Registers the handler of `topic` (one per topic), e.g. in your service's `onModuleInit`. */
   handle<P = any>(topic: string, handler: OutboxHandler<P>): this {
-    if (this.handlers.has(topic)) throw new Error(messages.outbox.duplicateHandler(topic));
+    if (this.handlers.has(topic)) throw new Error(outboxMessages.duplicateHandler(topic));
     this.handlers.set(topic, handler as OutboxHandler);
     return this;
   }
@@ -96,7 +96,7 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
     if (!outbox.scheduled) return;
     const name = `nest-idempotency:outbox:${outbox.tableName}`;
     this.stopSchedule = await scheduleInterval(this.moduleRef, name, outbox.intervalMs, () => {
-      this.relayOnce().catch((error: unknown) => this.logger.warn(messages.outbox.roundFailed(reasonOf(error))));
+      this.relayOnce().catch((error: unknown) => this.logger.warn(outboxMessages.roundFailed(reasonOf(error))));
     });
   }
 
@@ -142,7 +142,7 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
       }
     };
     await Promise.all(Array.from({ length: Math.min(o.concurrency, queue.length) }, worker));
-    if (report.claimed > 0) this.logger.log(messages.outbox.relayed(report));
+    if (report.claimed > 0) this.logger.log(outboxMessages.relayed(report));
     const { claimed, delivered, retried, deadLettered, timedOut, unsettled } = report;
     this.observer?.emit({ type: 'outbox', claimed, delivered, retried, deadLettered, timedOut, unsettled });
     return report;
@@ -181,14 +181,14 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
       state = await lock.hold(message.id);
     } catch (error) {
       report.skipped++;
-      this.logger.warn(messages.outbox.lockNotRenewed(message.id, message.topic, reasonOf(error)));
+      this.logger.warn(outboxMessages.lockNotRenewed(message.id, message.topic, reasonOf(error)));
       return false;
     }
     if (state === 'held') return true;
     if (state === 'lost') report.lostLocks++;
     else {
       report.skipped++;
-      this.logger.warn(messages.outbox.lockNotRenewed(message.id, message.topic, messages.outbox.renewalTooSlow));
+      this.logger.warn(outboxMessages.lockNotRenewed(message.id, message.topic, outboxMessages.renewalTooSlow));
     }
     return false;
   }
@@ -200,12 +200,12 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
    */
   private async settleExhausted(message: OutboxMessage, lockToken: string, report: RelayReport): Promise<void> {
     if (this.unsettled.delete(message.id)) return this.markDelivered(message, lockToken, report);
-    const reason = messages.outbox.attemptsExhausted(message.attempt, this.options.outbox.maxAttempts);
+    const reason = outboxMessages.attemptsExhausted(message.attempt, this.options.outbox.maxAttempts);
     let settled: boolean;
     try {
       settled = await this.outbox.store.markExhausted(message.id, lockToken, reason);
     } catch (error) {
-      this.logger.warn(messages.outbox.exhaustedUnrecorded(message.id, message.topic, reasonOf(error)));
+      this.logger.warn(outboxMessages.exhaustedUnrecorded(message.id, message.topic, reasonOf(error)));
       return;
     }
     if (!settled) {
@@ -213,7 +213,7 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
       return;
     }
     report.deadLettered++;
-    this.logger.warn(messages.outbox.deadLettered(message.id, message.topic, message.attempt, reason));
+    this.logger.warn(outboxMessages.deadLettered(message.id, message.topic, message.attempt, reason));
   }
 
   private async markDelivered(message: OutboxMessage, lockToken: string, report: RelayReport): Promise<void> {
@@ -224,7 +224,7 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
       // Not a failed attempt: the message was delivered. It must not move toward dead-lettering for this.
       this.unsettled.set(message.id, lockToken);
       report.unsettled++;
-      this.logger.warn(messages.outbox.unsettled(message.id, message.topic, reasonOf(error)));
+      this.logger.warn(outboxMessages.unsettled(message.id, message.topic, reasonOf(error)));
       return;
     }
     if (settled) report.delivered++;
@@ -234,7 +234,7 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
   /** Runs the handler within `deliveryTimeout`; returns why it failed, or nothing when it succeeded in time. */
   private async attempt(message: OutboxMessage): Promise<DeliveryFailure | undefined> {
     const handler = this.handlers.get(message.topic);
-    if (!handler) return { reason: messages.outbox.noHandler(message.topic), timedOut: false };
+    if (!handler) return { reason: outboxMessages.noHandler(message.topic), timedOut: false };
     const timeoutMs = this.options.outbox.deliveryTimeoutMs;
     const controller = new AbortController();
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -242,7 +242,7 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
     const delivery = (async () => handler(message, controller.signal))();
     try {
       if ((await Promise.race([delivery.then(() => 'delivered' as const), timedOut])) === 'delivered') return undefined;
-      const reason = messages.outbox.deliveryTimedOut(timeoutMs);
+      const reason = outboxMessages.deliveryTimedOut(timeoutMs);
       controller.abort(new DOMException(reason, 'TimeoutError'));
       // The handler's promise cannot be cancelled. Whatever it settles to later is ignored: this relay never
       // settles the message for it, so a late success cannot mark a message another relay has claimed since.
@@ -267,13 +267,13 @@ export class OutboxRelay implements OnApplicationBootstrap, OnApplicationShutdow
       settled = await this.outbox.store.markFailed(message.id, lockToken, failure.reason.slice(0, 2000), dead ? null : retryIn);
     } catch (error) {
       // The attempt was counted when the message was claimed; it is retried once its lock expires.
-      this.logger.warn(messages.outbox.failureUnrecorded(message.id, message.topic, reasonOf(error)));
+      this.logger.warn(outboxMessages.failureUnrecorded(message.id, message.topic, reasonOf(error)));
       return;
     }
     if (!settled) report.lostLocks++;
     else if (dead) {
       report.deadLettered++;
-      this.logger.warn(messages.outbox.deadLettered(message.id, message.topic, message.attempt, failure.reason));
+      this.logger.warn(outboxMessages.deadLettered(message.id, message.topic, message.attempt, failure.reason));
     } else report.retried++;
   }
 }

@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { IdempotentClient, type FetchFunction } from '../../src/client/index.js';
-import { ProblemType } from '../../src/errors/problem-types.js';
+import { ProblemType } from '../../src/core/protocol.js';
 import { Idempotent, IdempotencyModule } from '../../src/index.js';
 import { createTables, dataSourceOptions, freshSchema } from '../support/database.js';
 

@@ -1,6 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import type { EntityManager } from 'typeorm';
-import { deriveKey, IdempotencyConfigurationError } from '../../src/index.js';
+import { IdempotencyConfigurationError } from '../../src/index.js';
+import { deriveKey } from '../../src/client/index.js';
 import { attachDownstreamKeys, createDownstreamFetch, downstreamPurpose } from '../../src/outbound/index.js';
 import { loadOptionalPackage } from '../../src/outbound/optional-package.js';
 import { idempotencyContext } from '../../src/transaction/idempotency-context.js';

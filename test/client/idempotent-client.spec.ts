@@ -8,7 +8,7 @@ import {
   RetryBudget,
   type IdempotentClientOptions,
 } from '../../src/client/index.js';
-import { ProblemType } from '../../src/errors/problem-types.js';
+import { ProblemType } from '../../src/core/protocol.js';
 import { ManualClock } from './support/manual-clock.js';
 import { scriptedFetch, type Step } from './support/scripted-fetch.js';
 

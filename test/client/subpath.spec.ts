@@ -10,6 +10,17 @@ describe('the nest-idempotency-pg/client subpath', () => {
     expect([...packages.keys()].filter((name) => !name.startsWith('node:'))).toEqual([]);
   });
 
+  it('reaches no file of the Nest side: only src/client and the framework-free core (its messages are its own)', () => {
+    const { files } = importGraph('src/client/index.ts', true);
+    expect(files.filter((file) => !/^src\/(client|core)\//.test(file))).toEqual([]);
+    // The core files it reaches are the wire's names and the key derivation, not the engine or its store port.
+    expect(files.filter((file) => file.startsWith('src/core/')).sort()).toEqual([
+      'src/core/configuration-error.ts',
+      'src/core/derived-keys.ts',
+      'src/core/protocol.ts',
+    ]);
+  });
+
   it('is exported as ./client, pointing at the build of src/client/index.ts', () => {
     const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'));
     const build = JSON.parse(readFileSync(join(ROOT, 'tsconfig.build.json'), 'utf8'));

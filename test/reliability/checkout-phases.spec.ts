@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { deriveKey } from '../../src/index.js';
+import { deriveKey } from '../../src/client/index.js';
 import { send, sleep, type RawResponse } from '../support/http.js';
 import { printFigures, tally } from './support/figures.js';
 import { Fleet, type SampleProcess } from './support/sample-process.js';

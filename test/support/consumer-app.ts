@@ -4,14 +4,14 @@ import { Ctx, EventPattern, MessagePattern, Payload, RpcException, Transport, ty
 import { TypeOrmModule } from '@nestjs/typeorm';
 import type { EntityManager } from 'typeorm';
 import {
-  EffectLedger,
-  Idempotent,
   IdempotencyModule,
+  Idempotent,
   Phased,
   TransactionHost,
   type IdempotencyModuleOptions,
   type Phases,
 } from '../../src/index.js';
+import { EffectLedger } from '../../src/ledger/index.js';
 import { dataSourceOptions } from './database.js';
 import { sleep } from './http.js';
 

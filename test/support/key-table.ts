@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { ClaimRequest } from '../../src/index.js';
+import type { ClaimRequest } from '../../src/store/index.js';
 
 /**
  * Which key table a spec file runs against. The plain table by default; a

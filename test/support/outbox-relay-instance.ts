@@ -13,7 +13,8 @@ import { NestFactory } from '@nestjs/core';
 import { ScheduleModule } from '@nestjs/schedule';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { createInterface } from 'node:readline';
-import { IdempotencyModule, OutboxRelay } from '../../src/index.js';
+import { IdempotencyModule } from '../../src/index.js';
+import { OutboxRelay } from '../../src/outbox/index.js';
 
 const schema = process.env.OUTBOX_SCHEMA!;
 

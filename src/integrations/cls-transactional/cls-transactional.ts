@@ -1,6 +1,7 @@
 import type { DataSource, EntityManager } from 'typeorm';
 import { IdempotencyConfigurationError } from '../../errors/configuration.error.js';
 import { messages } from '../../errors/messages.js';
+import { clsTransactionalMessages } from './messages.js';
 import { loadOptionalPackage } from '../../outbound/optional-package.js';
 import type { AppTransactionManager } from '../../transaction/app-transaction-manager.js';
 
@@ -33,7 +34,7 @@ interface ClsPackage {
   };
 }
 
-const INSTALL = messages.transactionManager.clsMissing;
+const INSTALL = clsTransactionalMessages.missing;
 
 /**
  * `@nestjs-cls/transactional` (with its TypeORM adapter), set up as its docs
@@ -61,14 +62,14 @@ export function clsTransactional(options: ClsTransactionalOptions = {}): AppTran
       try {
         found = transactional.TransactionHost.getInstance(connectionName);
       } catch {
-        throw new IdempotencyConfigurationError(messages.transactionManager.clsNoHost(connectionName));
+        throw new IdempotencyConfigurationError(clsTransactionalMessages.noHost(connectionName));
       }
       if (typeof found.setTxInstance !== 'function') {
-        throw new IdempotencyConfigurationError(messages.transactionManager.clsUnsupported);
+        throw new IdempotencyConfigurationError(clsTransactionalMessages.unsupported);
       }
       // At start-up no transaction is active, so `tx` is the adapter's fallback: the manager of the data source it manages.
       if ((found.tx as { connection?: unknown } | undefined)?.connection !== dataSource) {
-        throw new IdempotencyConfigurationError(messages.transactionManager.clsOtherDataSource(connectionName));
+        throw new IdempotencyConfigurationError(clsTransactionalMessages.otherDataSource(connectionName));
       }
       host = found;
       cls = clsPackage.ClsServiceManager.getClsService();

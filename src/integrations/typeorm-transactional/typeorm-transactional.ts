@@ -2,6 +2,7 @@ import { EventEmitter } from 'node:events';
 import type { DataSource, EntityManager } from 'typeorm';
 import { IdempotencyConfigurationError } from '../../errors/configuration.error.js';
 import { messages } from '../../errors/messages.js';
+import { typeormTransactionalMessages } from './messages.js';
 import { loadOptionalPackage } from '../../outbound/optional-package.js';
 import type { AppTransactionManager, TransactionOutcome } from '../../transaction/app-transaction-manager.js';
 
@@ -58,18 +59,17 @@ export function typeormTransactional(options: TypeormTransactionalOptions = {}):
   let context: Context | undefined;
   return {
     async setUp(dataSource: DataSource) {
-      await loadOptionalPackage('typeorm-transactional', messages.transactionManager.typeormTransactionalMissing);
-      const loaded = await loadOptionalPackage<Common>(COMMON, messages.transactionManager.typeormTransactionalMissing);
+      await loadOptionalPackage('typeorm-transactional', typeormTransactionalMessages.missing);
+      const loaded = await loadOptionalPackage<Common>(COMMON, typeormTransactionalMessages.missing);
       try {
         context = loaded.getTransactionalContext();
       } catch {
-        throw new IdempotencyConfigurationError(messages.transactionManager.typeormTransactionalNotInitialized);
+        throw new IdempotencyConfigurationError(typeormTransactionalMessages.notInitialized);
       }
       const registered = loaded.getDataSourceByName(name);
-      if (!registered)
-        throw new IdempotencyConfigurationError(messages.transactionManager.typeormTransactionalNoDataSource(name));
+      if (!registered) throw new IdempotencyConfigurationError(typeormTransactionalMessages.noDataSource(name));
       if (registered !== dataSource) {
-        throw new IdempotencyConfigurationError(messages.transactionManager.typeormTransactionalOtherDataSource(name));
+        throw new IdempotencyConfigurationError(typeormTransactionalMessages.otherDataSource(name));
       }
       common = loaded;
     },

@@ -2,7 +2,7 @@ import { Server, type CustomTransportStrategy } from '@nestjs/microservices';
 import type { Consumer, ConsumerConfig, ConsumerMessages, JetStreamClient, JsMsg } from '@nats-io/jetstream';
 import type { NatsConnection, NodeConnectionOptions } from '@nats-io/transport-node';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { messages } from '../../errors/messages.js';
+import { jetStreamMessages } from './messages.js';
 import { JetStreamContext } from './jetstream.context.js';
 
 export interface JetStreamServerOptions {
@@ -87,7 +87,7 @@ export class JetStreamServer extends Server implements CustomTransportStrategy {
     super();
     this.maxMessages = options.maxMessages ?? DEFAULT_MAX_MESSAGES;
     if (!Number.isSafeInteger(this.maxMessages) || this.maxMessages < 1) {
-      throw new Error(messages.jetstream.maxMessages(options.maxMessages));
+      throw new Error(jetStreamMessages.maxMessages(options.maxMessages));
     }
     this.closed = new Promise((resolve) => (this.markClosed = resolve));
   }
@@ -152,7 +152,7 @@ export class JetStreamServer extends Server implements CustomTransportStrategy {
         const retryMs = Math.min(PULL_RETRY_MAX_MS, PULL_RETRY_MS * 2 ** failures++);
         const { stream, consumer: name } = this.options;
         this.logger.error(
-          messages.jetstream.pullFailed(stream.name, name.name, error instanceof Error ? error.message : String(error), retryMs),
+          jetStreamMessages.pullFailed(stream.name, name.name, error instanceof Error ? error.message : String(error), retryMs),
         );
         await Promise.race([sleep(retryMs, undefined, { ref: false }), this.closed]);
       } finally {

@@ -1,9 +1,14 @@
 /**
- * The module's problem type URIs (RFC 9457 `type`), stable and documented in
- * docs/errors.md. Apart from problems.ts, with no import at all, so the
- * client (which has no Nest) recognises the module's answers by the same
- * constants the server sends.
+ * What the server and the client agree on over the wire: the header names and
+ * the problem type URIs (RFC 9457 `type`, stable and documented in
+ * docs/errors.md). No import at all, so the client (which has no Nest)
+ * recognises the module's answers by the same constants the server sends.
  */
+/** The request header that carries the idempotency key, unless the module's `header` option names another. */
+export const DEFAULT_HEADER = 'Idempotency-Key';
+/** Added to every replayed response. */
+export const REPLAYED_HEADER = 'Idempotent-Replayed';
+
 export const PROBLEM_TYPE_BASE = 'urn:nest-idempotency:problem:';
 
 export const ProblemType = {
