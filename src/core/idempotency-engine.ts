@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Begun, ClaimMode, ClaimRequest, ClaimResult, IdempotencyStore, StoredResponse } from './idempotency-store.js';
 import {
@@ -10,20 +9,15 @@ import {
   StoreUnavailableError,
 } from './errors.js';
 import { HeldKeys, type Claimed, type Held } from './held-keys.js';
-import { SILENT_OBSERVER, type EngineObserver, type IdempotencyOutcome } from './observer.js';
-import { outcomeOfError, storeFailure, type FailureDecision } from './outcomes.js';
+import { observedClaim, observedComplete, observeExecution, type Trace } from './engine-observation.js';
+import { SILENT_OBSERVER, type EngineObserver } from './observer.js';
+import { storeFailure, type FailureDecision } from './outcomes.js';
 import { Phases, type TransactionOutcome } from './phases.js';
 import type { ClaimInfo, EngineOutcome, IdempotentWork, PhasedWork, WorkScope } from './work.js';
 
 export type { ClaimMode } from './idempotency-store.js';
 export type { FailureDecision } from './outcomes.js';
 export type { ClaimInfo, EngineOutcome, IdempotentWork, PhasedWork, WorkScope } from './work.js';
-
-/** What an execution learnt on its way, for its outcome event. */
-interface Trace {
-  attempt?: number;
-  failure?: 'released' | 'kept';
-}
 
 /** Longest pause between two looks at a key in flight elsewhere, while a duplicate waits for it. */
 const MAX_WAIT_PAUSE_MS = 250;
@@ -52,7 +46,7 @@ export class IdempotencyEngine<Tx> {
   }
 
   execute<R>(work: IdempotentWork<Tx, R>): Promise<EngineOutcome<R>> {
-    return this.observe(work, (trace) => this.lifecycle(work, work.claimMode ?? 'separate', undefined, trace));
+    return observeExecution(this.observer, work, (trace) => this.lifecycle(work, work.claimMode ?? 'separate', undefined, trace));
   }
 
   /**
@@ -61,7 +55,7 @@ export class IdempotencyEngine<Tx> {
    * Always claimed separately: each phase commits on its own.
    */
   executePhased<R>(work: PhasedWork<Tx, R>): Promise<EngineOutcome<R>> {
-    return this.observe(work, (trace) => this.lifecycle(work, 'separate', work, trace));
+    return observeExecution(this.observer, work, (trace) => this.lifecycle(work, 'separate', work, trace));
   }
 
   /**
@@ -120,7 +114,7 @@ export class IdempotencyEngine<Tx> {
       // 4. Complete the key, fenced by the owner token, and COMMIT it with the work (phases committed their own).
       let completed: boolean;
       try {
-        completed = await this.observedComplete(() =>
+        completed = await observedComplete(this.observer, () =>
           transaction ? transaction.commit(done.response, work.ttlMs) : this.store.complete(held.ref, done.response, work.ttlMs),
         );
       } catch (error) {
@@ -158,7 +152,7 @@ export class IdempotencyEngine<Tx> {
   ): Promise<{ kind: 'replayed'; response: StoredResponse } | Claimed<Tx>> {
     for (let pause = 20; ; pause = Math.min(pause * 2, MAX_WAIT_PAUSE_MS)) {
       const request = this.request(work);
-      const begun = await this.observedClaim(work, (): Promise<Begun<Tx>> =>
+      const begun = await observedClaim(this.observer, this.isUnavailable, work, (): Promise<Begun<Tx>> =>
         opensTransaction
           ? this.store.begin(request, mode, work.waitMs ?? 0)
           : this.store.claim(request).then((claim) => ({ claim }) as Begun<Tx>),
@@ -213,9 +207,9 @@ export class IdempotencyEngine<Tx> {
       const stored = await this.guard(
         () =>
           claimKept
-            ? this.observedComplete(() => transaction!.commit(response, work.ttlMs))
+            ? observedComplete(this.observer, () => transaction!.commit(response, work.ttlMs))
             : mode === 'separate'
-              ? this.observedComplete(() => this.store.complete(held.ref, response, work.ttlMs))
+              ? observedComplete(this.observer, () => this.store.complete(held.ref, response, work.ttlMs))
               : this.storeAnew(work, response),
         claimed,
       );
@@ -241,68 +235,14 @@ export class IdempotencyEngine<Tx> {
    */
   private async storeAnew(work: WorkScope, response: StoredResponse): Promise<boolean> {
     const request = this.request(work);
-    const { claim } = await this.observedClaim(work, () => this.store.claim(request).then((c) => ({ claim: c })));
+    const { claim } = await observedClaim(this.observer, this.isUnavailable, work, () =>
+      this.store.claim(request).then((c) => ({ claim: c })),
+    );
     if (claim.state !== 'claimed') return false;
     const held = heldBy(work, request, claim);
-    return this.guard(() => this.observedComplete(() => this.store.complete(held.ref, response, work.ttlMs)), {
+    return this.guard(() => observedComplete(this.observer, () => this.store.complete(held.ref, response, work.ttlMs)), {
       mode: 'separate',
       held,
-    });
-  }
-
-  /**
-   * One span around the execution, and one outcome event when it ends. The
-   * span and the event name the route and the attempt, never the key, the
-   * tenant or the body.
-   */
-  private observe<R>(work: WorkScope, run: (trace: Trace) => Promise<EngineOutcome<R>>): Promise<EngineOutcome<R>> {
-    const route = work.label ?? 'execute';
-    return this.observer.span('idempotency.execute', { 'idempotency.route': route }, async (annotate) => {
-      const trace: Trace = {};
-      const started = performance.now();
-      let outcome: IdempotencyOutcome = 'error';
-      try {
-        const result = await run(trace);
-        if (result.kind === 'executed') outcome = (trace.attempt ?? 1) > 1 ? 'takeover' : 'executed';
-        else outcome = result.kind;
-        return result;
-      } catch (error) {
-        outcome = trace.failure ?? outcomeOfError(error);
-        throw error;
-      } finally {
-        annotate({ 'idempotency.outcome': outcome, ...(trace.attempt ? { 'idempotency.attempt': trace.attempt } : {}) });
-        this.observer.emit(
-          { type: 'outcome', outcome, route, attempt: trace.attempt, durationMs: performance.now() - started },
-          work.tenant,
-        );
-      }
-    });
-  }
-
-  /** A store's claim (and BEGIN), in a span of its own, with a claim event. A store that cannot be reached means the work never ran. */
-  private async observedClaim<T extends { claim: ClaimResult }>(work: WorkScope, claim: () => Promise<T>): Promise<T> {
-    const started = performance.now();
-    let state: ClaimResult['state'] | 'failed' = 'failed';
-    try {
-      return await this.observer.span('idempotency.claim', {}, async (annotate) => {
-        const result = await claim();
-        state = result.claim.state;
-        annotate({ 'idempotency.claim.state': state });
-        return result;
-      });
-    } catch (error) {
-      throw storeFailure(error, this.isUnavailable, 'claim');
-    } finally {
-      this.observer.emit({ type: 'claim', state, route: work.label ?? 'execute', durationMs: performance.now() - started });
-    }
-  }
-
-  /** A store's completion, in a span of its own. */
-  private observedComplete(complete: () => Promise<boolean>): Promise<boolean> {
-    return this.observer.span('idempotency.complete', {}, async (annotate) => {
-      const completed = await complete();
-      annotate({ 'idempotency.completed': completed });
-      return completed;
     });
   }
 
