@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type {
-  Begun,
+  BeginResult,
   ClaimMode,
   ClaimRef,
   ClaimRequest,
@@ -12,6 +12,7 @@ import type {
   PhaseState,
   StoredResponse,
 } from './idempotency-store.js';
+import { beginAttempt } from './begin-attempt.js';
 import {
   CommitRefusedError,
   FingerprintMismatchError,
@@ -433,10 +434,12 @@ export class IdempotencyEngine<Tx> {
   ): Promise<{ kind: 'replayed'; response: StoredResponse } | ({ kind: 'claimed' } & Claimed<Tx>)> {
     for (let pause = 20; ; pause = Math.min(pause * 2, MAX_WAIT_PAUSE_MS)) {
       const request = this.request(work);
-      const begun = await this.observedClaim(work, (): Promise<Begun<Tx>> =>
+      const begun = await this.observedClaim(work, (): Promise<BeginResult<Tx>> =>
         opensTransaction
-          ? this.store.begin(request, mode, work.waitMs ?? 0)
-          : this.store.claim(request).then((claim) => ({ claim }) as Begun<Tx>),
+          ? this.store.begin
+            ? this.store.begin(request, mode, work.waitMs ?? 0)
+            : beginAttempt(this.store, request, mode, work.waitMs ?? 0)
+          : this.store.claim(request).then((claim) => ({ claim }) as BeginResult<Tx>),
       );
       const { claim } = begun;
       switch (claim.state) {

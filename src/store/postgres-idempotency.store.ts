@@ -3,7 +3,7 @@ import { performance } from 'node:perf_hooks';
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 import {
   IdempotencyStore,
-  type Begun,
+  type BeginResult,
   type ClaimMode,
   type ClaimRef,
   type ClaimRequest,
@@ -374,7 +374,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
    * Behind PgBouncer in transaction pooling the pipeline ends inside an open
    * transaction, so the server connection stays with this client.
    */
-  override async begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs = 0): Promise<Begun<EntityManager>> {
+  override async begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs = 0): Promise<BeginResult<EntityManager>> {
     if (mode === 'request-transaction' && this.partitions && !(await this.businessReadCommitted())) {
       throw new IdempotencyConfigurationError(messages.config.partitionedRequestTransactionIsolation(this.tableName));
     }
@@ -392,7 +392,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     request: ClaimRequest,
     mode: ClaimMode,
     lockTimeoutMs: number,
-  ): Promise<Begun<EntityManager> | typeof STALE_SNAPSHOT> {
+  ): Promise<BeginResult<EntityManager> | typeof STALE_SNAPSHOT> {
     if (mode === 'separate' && (this.answeredShare > MOSTLY_ANSWERED || !this.mainPoolHasRoom())) {
       return this.beginAfterClaimPool(request);
     }
@@ -482,7 +482,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   }
 
   /** The claim is this attempt's, but its transaction could not hold the key's lock: give it back, run nothing. */
-  private async notRun(runner: QueryRunner, request: ClaimRequest): Promise<Begun<EntityManager>> {
+  private async notRun(runner: QueryRunner, request: ClaimRequest): Promise<BeginResult<EntityManager>> {
     await this.abandon(runner);
     await this.release(request).catch(() => false);
     return { claim: { state: 'in-flight', retryAfterSeconds: Math.max(1, Math.ceil(request.leaseMs / 1000)) } };
@@ -495,7 +495,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
    * (the engine's heartbeat then beats within the lease). A claim taken over
    * meanwhile is not run: its key is another attempt's now, in flight.
    */
-  private async beginAfterClaimPool(request: ClaimRequest): Promise<Begun<EntityManager>> {
+  private async beginAfterClaimPool(request: ClaimRequest): Promise<BeginResult<EntityManager>> {
     const claimedAt = performance.now();
     const claim = await this.claim(request);
     this.noteClaim(claim);
