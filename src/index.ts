@@ -34,7 +34,7 @@ export {
   type SweepOptions,
   type SweepResult,
 } from './core/idempotency-store.js';
-export { PostgresIdempotencyStore } from './store/postgres-idempotency.store.js';
+export { PostgresIdempotencyStore } from './store/postgres/postgres-idempotency.store.js';
 export { createIdempotencyKeysMigration, CreateIdempotencyKeys1764460800000 } from './store/idempotency-keys.migration.js';
 export {
   createPartitionedIdempotencyKeysMigration,
