@@ -29,7 +29,7 @@ import { IdempotencyEvents } from './telemetry/events.js';
 import { createEngineObserver } from './telemetry/opentelemetry.js';
 import { IdempotencyStore } from './core/idempotency-store.js';
 import { keyTableOf } from './store/idempotency-key.entity.js';
-import { PostgresIdempotencyStore } from './store/postgres-idempotency.store.js';
+import { PostgresIdempotencyStore } from './store/postgres/postgres-idempotency.store.js';
 import { IdempotencySchemaCheck } from './store/schema-check.js';
 import { installRedactingLogger, QUERY_LOG_REDACTION } from './store/redacting-logger.js';
 import { IdempotencySweeper } from './sweeper/idempotency.sweeper.js';

@@ -28,7 +28,7 @@ export type {
   SweepSchedule,
   TenantResolver,
 } from './idempotency.options.js';
-export { PostgresIdempotencyStore, type PostgresIdempotencyStoreOptions } from './store/postgres-idempotency.store.js';
+export { PostgresIdempotencyStore, type PostgresIdempotencyStoreOptions } from './store/postgres/postgres-idempotency.store.js';
 export { createIdempotencyKeysMigration, CreateIdempotencyKeys1764460800000 } from './store/idempotency-keys.migration.js';
 export {
   createPartitionedIdempotencyKeysMigration,

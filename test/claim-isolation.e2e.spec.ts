@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import pg from 'pg';
 import type { DataSource, EntityManager } from 'typeorm';
 import { IdempotencyEngine, type ClaimMode } from '../src/core/idempotency-engine.js';
-import { PostgresIdempotencyStore } from '../src/store/postgres-idempotency.store.js';
+import { PostgresIdempotencyStore } from '../src/store/postgres/postgres-idempotency.store.js';
 import { createTableStatements } from '../src/store/sql.js';
 import {
   createPartitionedTableStatements,

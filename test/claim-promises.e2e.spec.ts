@@ -3,7 +3,7 @@ import type pg from 'pg';
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 import { IdempotencyEngine, type ClaimMode } from '../src/core/idempotency-engine.js';
 import { KeyInFlightError, LeaseLostError } from '../src/core/errors.js';
-import { PostgresIdempotencyStore } from '../src/store/postgres-idempotency.store.js';
+import { PostgresIdempotencyStore } from '../src/store/postgres/postgres-idempotency.store.js';
 import { createTables, dataSourceOptions, freshSchema, openDataSource, sqlClient } from './support/database.js';
 import { sleep } from './support/http.js';
 import { claimRequest } from './support/key-table.js';

@@ -111,7 +111,7 @@ describe('the root entry (nest-idempotency-pg)', () => {
         'createEffectLedgerMigration',
         'CreateEffectLedger1764806400000',
       ]),
-      store: ['IdempotencyStore'],
+      store: ['IdempotencyStore', 'beginAttempt'],
       clsTransactional: ['clsTransactional'],
       typeormTransactional: ['typeormTransactional'],
     });

@@ -4,7 +4,7 @@ import pg from 'pg';
 import type { DataSource, DataSourceOptions, EntityManager } from 'typeorm';
 import { IdempotencyEngine, type ClaimMode } from '../src/core/idempotency-engine.js';
 import type { ClaimRequest } from '../src/core/idempotency-store.js';
-import { PostgresIdempotencyStore } from '../src/store/postgres-idempotency.store.js';
+import { PostgresIdempotencyStore } from '../src/store/postgres/postgres-idempotency.store.js';
 import { dataSourceOptions, openDataSource } from './support/database.js';
 import { sleep } from './support/http.js';
 import { claimRequest } from './support/key-table.js';

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { DataSource, EntityManager } from 'typeorm';
 import { IdempotencyEngine } from '../src/core/idempotency-engine.js';
-import { PostgresIdempotencyStore } from '../src/store/postgres-idempotency.store.js';
+import { PostgresIdempotencyStore } from '../src/store/postgres/postgres-idempotency.store.js';
 import { createTables, dataSourceOptions, freshSchema, openDataSource } from './support/database.js';
 
 /**

@@ -18,7 +18,7 @@ import { IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { IdempotencyService } from '../idempotency.service.js';
 import { Outbox } from '../outbox/outbox.js';
-import type { PostgresIdempotencyStore } from '../store/postgres-idempotency.store.js';
+import type { PostgresIdempotencyStore } from '../store/postgres/postgres-idempotency.store.js';
 import { IdempotencySweeper } from '../sweeper/idempotency.sweeper.js';
 import { BOARD_SCRIPT, BOARD_STYLES, boardPage } from './board-page.js';
 import { BoardProblemFilter, boardProblems } from './board-problems.js';

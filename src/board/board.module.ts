@@ -6,7 +6,7 @@ import { IdempotencyConfigurationError } from '../errors/configuration.error.js'
 import { boardMessages } from './messages.js';
 import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
-import { PostgresIdempotencyStore } from '../store/postgres-idempotency.store.js';
+import { PostgresIdempotencyStore } from '../store/postgres/postgres-idempotency.store.js';
 import { BoardOutcomes } from './board-outcomes.js';
 import { BoardProblemFilter } from './board-problems.js';
 import { boardController } from './board.controller.js';

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Begun, ClaimMode, ClaimRequest, ClaimResult, IdempotencyStore, StoredResponse } from './idempotency-store.js';
+import type { BeginResult, ClaimMode, ClaimRequest, ClaimResult, IdempotencyStore, StoredResponse } from './idempotency-store.js';
+import { beginAttempt } from './begin-attempt.js';
 import {
   CommitRefusedError,
   FingerprintMismatchError,
@@ -152,10 +153,12 @@ export class IdempotencyEngine<Tx> {
   ): Promise<{ kind: 'replayed'; response: StoredResponse } | Claimed<Tx>> {
     for (let pause = 20; ; pause = Math.min(pause * 2, MAX_WAIT_PAUSE_MS)) {
       const request = this.request(work);
-      const begun = await observedClaim(this.observer, this.isUnavailable, work, (): Promise<Begun<Tx>> =>
+      const begun = await observedClaim(this.observer, this.isUnavailable, work, (): Promise<BeginResult<Tx>> =>
         opensTransaction
-          ? this.store.begin(request, mode, work.waitMs ?? 0)
-          : this.store.claim(request).then((claim) => ({ claim }) as Begun<Tx>),
+          ? this.store.begin
+            ? this.store.begin(request, mode, work.waitMs ?? 0)
+            : beginAttempt(this.store, request, mode, work.waitMs ?? 0)
+          : this.store.claim(request).then((claim) => ({ claim }) as BeginResult<Tx>),
       );
       const { claim } = begun;
       switch (claim.state) {

@@ -19,6 +19,12 @@ export interface ClaimRequest extends ClaimRef {
   ttlMs: number;
 }
 
+/** The phases an attempt recorded (see `Phases`): the last one done, and every result so far. */
+export interface PhaseState {
+  recoveryPoint: string | null;
+  results: Record<string, unknown>;
+}
+
 /**
  * The state of the key as the claim found it (the state table in the README).
  * - `claimed`: this attempt owns the key (new, expired, or taken over).
@@ -26,12 +32,6 @@ export interface ClaimRequest extends ClaimRef {
  * - `completed`: a stored response exists for the same fingerprint.
  * - `mismatch`: the key is in use by a request with another fingerprint.
  */
-/** The phases an attempt recorded (see `Phases`): the last one done, and every result so far. */
-export interface PhaseState {
-  recoveryPoint: string | null;
-  results: Record<string, unknown>;
-}
-
 export type ClaimResult =
   /**
    * `phases` carries what a predecessor recorded when this claim took the key
@@ -92,61 +92,9 @@ export interface OpenAttempt<Tx> {
 }
 
 /** What `begin` found: the key's state, and the open attempt when the claim is this attempt's. */
-export type Begun<Tx> =
+export type BeginResult<Tx> =
   | { claim: Extract<ClaimResult, { state: 'claimed' }>; attempt: OpenAttempt<Tx> }
   | { claim: Exclude<ClaimResult, { state: 'claimed' }>; attempt?: undefined };
-
-/**
- * An attempt on top of a store's callback-style `transaction`: the callback
- * is held open until the attempt ends.
- */
-function openAttempt<Tx>(store: IdempotencyStore<Tx>, ref: ClaimRef): Promise<OpenAttempt<Tx>> {
-  return new Promise((opened, failedToOpen) => {
-    let isOpen = false;
-    const ended = store
-      .transaction(
-        (tx) =>
-          new Promise<void>((commitNow, rollBackNow) => {
-            isOpen = true;
-            let finished = false;
-            const end = async (commit: boolean) => {
-              if (finished) return;
-              finished = true;
-              if (commit) commitNow();
-              else rollBackNow(ROLLED_BACK);
-              await ended;
-            };
-            opened({
-              tx,
-              async commit(response, ttlMs) {
-                let completed: boolean;
-                try {
-                  completed = await store.complete(ref, response, ttlMs, tx);
-                } catch (error) {
-                  await end(false).catch(() => undefined);
-                  throw error;
-                }
-                await end(completed);
-                return completed;
-              },
-              async rollback() {
-                await end(false);
-                return false;
-              },
-            });
-          }),
-      )
-      .catch((error: unknown) => {
-        if (error !== ROLLED_BACK) throw error;
-      });
-    ended.catch((error: unknown) => {
-      if (!isOpen) failedToOpen(error);
-    });
-  });
-}
-
-/** What an attempt's held-open transaction callback rejects with to roll back. */
-const ROLLED_BACK = Symbol('rolled back');
 
 export interface SweepOptions {
   batchSize: number;
@@ -216,48 +164,12 @@ export abstract class IdempotencyStore<Tx = unknown> {
    * statement, and a concurrent claim of the same key waits on it at most
    * `lockTimeoutMs`, then reads as in flight.
    *
-   * This default makes one call of `claim` and opens the transaction with
-   * `transaction`; a store can do both in fewer round trips (the PostgreSQL
-   * store sends the claim, its COMMIT and the BEGIN as one message).
+   * Optional: a store that can claim and open its transaction in fewer round
+   * trips implements it (the PostgreSQL store sends the claim, its COMMIT and
+   * the BEGIN as one message); otherwise the engine uses `beginAttempt`, one
+   * call of `claim` and a transaction opened with `transaction`.
    */
-  async begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs = 0): Promise<Begun<Tx>> {
-    if (mode === 'separate') {
-      const claimedAt = Date.now();
-      const claim = await this.claim(request);
-      if (claim.state !== 'claimed') return { claim };
-      let attempt: OpenAttempt<Tx>;
-      let stillOurs = true;
-      try {
-        attempt = await openAttempt(this, request);
-        // Waiting for the transaction's connection had no heartbeat: past a third of the lease, renew it (fenced)
-        // before the work starts, and leave a claim another attempt has taken over meanwhile alone.
-        if (Date.now() - claimedAt > request.leaseMs / 3 && this.renewLease) {
-          stillOurs = await this.renewLease(request, request.leaseMs).catch(async (error: unknown) => {
-            await attempt.rollback(false).catch(() => undefined);
-            throw error;
-          });
-        }
-      } catch (error) {
-        // BEGIN failed, so the work never ran: give the claim back, so a retry need not wait out the lease.
-        await this.release(request).catch(() => false);
-        throw error;
-      }
-      if (stillOurs) return { claim, attempt };
-      await attempt.rollback(false);
-      return { claim: { state: 'in-flight', retryAfterSeconds: Math.max(1, Math.ceil(request.leaseMs / 1000)) } };
-    }
-    const attempt = await openAttempt(this, request);
-    let claim: ClaimResult;
-    try {
-      claim = await this.claim(request, attempt.tx, lockTimeoutMs);
-    } catch (error) {
-      await attempt.rollback(false).catch(() => undefined);
-      throw error;
-    }
-    if (claim.state === 'claimed') return { claim, attempt };
-    await attempt.rollback(false);
-    return { claim };
-  }
+  begin?(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs?: number): Promise<BeginResult<Tx>>;
 
   /**
    * Marks the key completed with `response`, only if `ref.ownerToken` still

@@ -8,7 +8,7 @@ import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { Outbox } from '../outbox/outbox.js';
 import { IdempotencyStore } from '../core/idempotency-store.js';
 import { IdempotencySweeper } from '../sweeper/idempotency.sweeper.js';
-import { PostgresIdempotencyStore } from '../store/postgres-idempotency.store.js';
+import { PostgresIdempotencyStore } from '../store/postgres/postgres-idempotency.store.js';
 import type { PartitionStatus } from '../store/partitioned/partition-retention.js';
 
 /**

@@ -13,3 +13,4 @@ export {
   type SweepOptions,
   type SweepResult,
 } from '../core/idempotency-store.js';
+export { beginAttempt } from '../core/begin-attempt.js';

@@ -11,7 +11,7 @@ import {
 } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { IdempotencyStore } from '../core/idempotency-store.js';
-import { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
+import { PostgresIdempotencyStore } from './postgres/postgres-idempotency.store.js';
 import { KEY_FUNCTIONS_VERSION, keyStoreFunctionNames, keyStoreFunctions } from './key-store.sql.js';
 import { quoteTableName } from './identifiers.js';
 import { KEY_TABLE_COLUMNS, OUTBOX_TABLE_COLUMNS } from './sql.js';

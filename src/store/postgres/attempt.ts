@@ -1,0 +1,158 @@
+import type { EntityManager, QueryRunner } from 'typeorm';
+import type { ClaimRequest, OpenAttempt } from '../../core/idempotency-store.js';
+import type { ClaimRouting } from './claim-routing.js';
+import { exchange, type PgClient, type Pools } from './pools.js';
+import { isFenceLost, WORK_SAVEPOINT, type KeyStatements } from './statements.js';
+import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
+import { ADMIN_SHUTDOWN, isUnavailableError } from './unavailable.js';
+
+/** What an open attempt uses of its store. */
+export interface AttemptParts {
+  pools: Pools;
+  statements: KeyStatements;
+  routing: ClaimRouting;
+  /** Owner tokens of open attempts whose transaction holds the key's lock (see `KeyStatements.holdKeyLock`). */
+  keyLockHolders: Set<string>;
+}
+
+/** How an attempt was begun (see `openAttempt`). */
+export interface AttemptShape {
+  /** A request-transaction claim: its work runs after a savepoint. */
+  inTransaction?: boolean;
+  /** The claim wrote no row (`claim_in_transaction`): the completion writes it. */
+  writesRow?: boolean;
+  /** The transaction holds the key's lock (see `KeyStatements.holdKeyLock`): its lease needs no renewal. */
+  holdsKeyLock?: boolean;
+}
+
+/**
+ * The end of an attempt begun on `runner`, whose transaction is open: the
+ * completion and the COMMIT in one round trip, a rollback that can keep the
+ * claim, and an abort from outside.
+ */
+export function openAttempt(
+  parts: AttemptParts,
+  runner: QueryRunner,
+  request: ClaimRequest,
+  how: AttemptShape = {},
+): OpenAttempt<EntityManager> {
+  const { pools, statements, routing, keyLockHolders } = parts;
+  const { inTransaction = false, writesRow = false, holdsKeyLock = false } = how;
+  if (holdsKeyLock) keyLockHolders.add(request.ownerToken);
+  let ended = false;
+  /** The completion is on its way: too late to abort. */
+  let committing = false;
+  let aborted = false;
+  const openedAt = routing.attemptOpened();
+  const recordEnd = () => {
+    keyLockHolders.delete(request.ownerToken);
+    routing.attemptEnded(openedAt);
+  };
+  const end = async (failure?: unknown) => {
+    ended = true;
+    recordEnd();
+    await endAndRelease(runner, failure);
+  };
+  return {
+    tx: runner.manager,
+    holdsKeyLock,
+    commit: async (response, ttlMs) => {
+      if (aborted) return false;
+      if (ended) throw new Error('This attempt has already ended.');
+      committing = true;
+      /** The COMMIT answered ROLLBACK (the completion before it failed): the transaction has ended on the server. */
+      let rolledBack = false;
+      try {
+        await withTransactionStatementReplaced(runner, 'COMMIT', async (client) => {
+          const [completion, commit] = await exchange(
+            client,
+            [statements.completion(request, response, ttlMs, writesRow), { text: 'COMMIT' }],
+            pools.main,
+            runner,
+          );
+          rolledBack = !completion.ok && commit.ok;
+          if (!completion.ok) throw completion.error;
+          if (!commit.ok) throw commit.error;
+        });
+        ended = true;
+        recordEnd();
+        await runner.release();
+        return true;
+      } catch (error) {
+        // TypeORM's commitTransaction threw, so its subscribers were told of no commit, and the rollback below tells
+        // them of the rollback: sent only when the server still has the transaction (another ROLLBACK would be a
+        // round trip and a warning in the server's log).
+        if (rolledBack) await withTransactionStatementReplaced(runner, 'ROLLBACK', async () => undefined).catch(() => undefined);
+        await end(error);
+        if (isFenceLost(error)) return false;
+        throw error;
+      }
+    },
+    rollback: async (keepClaim) => {
+      if (ended || aborted) return false;
+      if (keepClaim && inTransaction) {
+        try {
+          const client = (await runner.connect()) as PgClient;
+          const [undone] = await exchange(client, [{ text: `ROLLBACK TO SAVEPOINT ${WORK_SAVEPOINT}` }], pools.main, runner);
+          if (undone.ok) return true;
+          if (isUnavailableError(undone.error)) {
+            await end(undone.error);
+            throw undone.error;
+          }
+        } catch (error) {
+          if (isUnavailableError(error)) {
+            if (!ended) await end(error);
+            throw error;
+          }
+        }
+      }
+      ended = true;
+      recordEnd();
+      try {
+        if (runner.isTransactionActive) await runner.rollbackTransaction();
+      } catch (error) {
+        if (isUnavailableError(error)) throw error;
+      } finally {
+        if (!runner.isReleased) await runner.release();
+      }
+      return false;
+    },
+    abort: async () => {
+      if (ended || committing || aborted) return;
+      aborted = true;
+      // The work may be anywhere: waiting on another system (its connection idle in the transaction) or inside a
+      // statement of its own. Ending its server process ends both, rolls the transaction back and frees the key's
+      // lock; the work's next statement fails, and its connection is dropped rather than lent again.
+      const pid = (runner as unknown as { databaseConnection?: { processID?: number } }).databaseConnection?.processID;
+      if (pid !== undefined) {
+        const terminate = { text: 'SELECT pg_terminate_backend($1)', values: [pid] };
+        await pools.run(terminate, { source: pools.claimPool }).catch(() => undefined);
+      }
+      await end(Object.assign(new Error('The attempt held its key past maxHold and was ended.'), { code: ADMIN_SHUTDOWN }));
+    },
+  };
+}
+
+/**
+ * Rolls back whatever `runner` has open, and gives its connection back;
+ * never throws. After `failure` that says the connection is gone, nothing
+ * is sent on it (a dead pg client can queue a ROLLBACK for ever) and the
+ * pool is told to drop it rather than hand it to the next caller.
+ */
+export async function endAndRelease(runner: QueryRunner, failure?: unknown): Promise<void> {
+  if (failure !== undefined && isUnavailableError(failure)) {
+    if (runner.isReleased) return;
+    // TypeORM's own path for a connection that errored: passes the error on to the pool, which destroys the client.
+    const release = (runner as unknown as { releasePostgresConnection?: (error: unknown) => Promise<void> })
+      .releasePostgresConnection;
+    await (release ? release.call(runner, failure) : runner.release()).catch(() => undefined);
+    return;
+  }
+  try {
+    if (runner.isTransactionActive && !runner.isReleased) await runner.rollbackTransaction();
+  } catch {
+    // A connection that died takes its transaction with it.
+  } finally {
+    if (!runner.isReleased) await runner.release().catch(() => undefined);
+  }
+}

@@ -1,0 +1,265 @@
+import type { DataSource, EntityManager } from 'typeorm';
+import {
+  IdempotencyStore,
+  type BeginResult,
+  type ClaimMode,
+  type ClaimRef,
+  type ClaimRequest,
+  type ClaimResult,
+  type PhaseState,
+  type StoredResponse,
+  type SweepOptions,
+  type SweepResult,
+} from '../../core/idempotency-store.js';
+import { quoteTableName } from '../identifiers.js';
+import { PartitionRetention, type PartitionStatus } from '../partitioned/partition-retention.js';
+import type { AttemptParts } from './attempt.js';
+import { ClaimAndBegin } from './claim-and-begin.js';
+import { ClaimRouting } from './claim-routing.js';
+import { answerOf, exchange, lendConnection, Pools } from './pools.js';
+import { BEGIN_READ_COMMITTED, claimResult, isFenceLost, KeyStatements, type ClaimRow } from './statements.js';
+import { countExpiredKeys, sweepExpiredKeys, type SweptTable } from './sweep.js';
+import { isUnavailableError } from './unavailable.js';
+
+/** Options of `PostgresIdempotencyStore`. */
+export interface PostgresIdempotencyStoreOptions {
+  /**
+   * Run the claim and the completion as named prepared statements. Their
+   * plans are cached per connection by the functions they call anyway; this
+   * also saves the parse of the short call. Only on direct connections, or
+   * PgBouncer 1.21+ with `max_prepared_statements`. Default false.
+   */
+  preparedStatements?: boolean;
+  /**
+   * Where claims, replays, 409/422 answers, releases and lease renewals run:
+   * a data source with a small pool of its own, so they never queue behind
+   * business transactions holding the main pool. Default: the main data source.
+   */
+  claimDataSource?: DataSource;
+  /**
+   * The key table is the partitioned one (`createPartitionedIdempotencyKeysMigration`):
+   * `sweep` then keeps partitions made ahead and retires whole partitions
+   * instead of deleting rows. The claim and completion calls are the same
+   * (the table's functions differ). Default false.
+   */
+  partitioned?: boolean;
+}
+
+/**
+ * The key store on PostgreSQL through a TypeORM `DataSource`. Every statement
+ * is plain SQL with positional parameters, so it works unchanged through
+ * PgBouncer in transaction pooling (no named prepared statements unless asked
+ * for, no session state). All time comparisons use the database clock.
+ */
+export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
+  /** The key table, possibly schema-qualified, as given (unquoted). */
+  readonly tableName: string;
+  private readonly statements: KeyStatements;
+  private readonly pools: Pools;
+  /** Retention by partitions, for the partitioned table; undefined for the plain one. */
+  private readonly partitions?: PartitionRetention;
+  private readonly attemptParts: AttemptParts;
+  private readonly claimAndBegin: ClaimAndBegin;
+  private readonly sweptTable: SweptTable;
+
+  constructor(dataSource: DataSource, tableName: string, options: PostgresIdempotencyStoreOptions = {}) {
+    super();
+    const claimPool = options.claimDataSource ?? dataSource;
+    const table = quoteTableName(tableName);
+    this.tableName = tableName;
+    if (options.partitioned) this.partitions = new PartitionRetention(dataSource, table);
+    this.statements = new KeyStatements(table, tableName, {
+      preparedStatements: Boolean(options.preparedStatements),
+      partitioned: this.partitions !== undefined,
+    });
+    this.pools = new Pools(dataSource, claimPool);
+    this.attemptParts = {
+      pools: this.pools,
+      statements: this.statements,
+      routing: new ClaimRouting(dataSource, claimPool),
+      keyLockHolders: new Set(),
+    };
+    this.claimAndBegin = new ClaimAndBegin(this, this.attemptParts, { name: tableName, partitioned: this.partitioned });
+    this.sweptTable = { pools: this.pools, statements: this.statements, table, partitions: this.partitions };
+    // Learnt now rather than on the first request's way (tried again there if this fails).
+    if (dataSource.isInitialized) this.claimAndBegin.businessReadCommitted().catch(() => undefined);
+  }
+
+  /** Whether the key table is the partitioned one. */
+  get partitioned(): boolean {
+    return this.partitions !== undefined;
+  }
+
+  /** The partitioned table's partitions, for health checks; undefined for the plain table. */
+  async partitionStatus(defaultRowsLimit: number): Promise<PartitionStatus | undefined> {
+    return this.partitions?.status(defaultRowsLimit);
+  }
+
+  /**
+   * @param tx claim inside this transaction (request-transaction mode) instead
+   *   of committing on its own; a concurrent claim of the same key then waits
+   *   for the key's lock at most `lockTimeoutMs`, and a timeout reads as in
+   *   flight. (Under REPEATABLE READ or SERIALIZABLE a claim whose snapshot
+   *   predates the key's last commit throws a serialization failure here:
+   *   `begin` starts such a transaction again instead.)
+   */
+  async claim(request: ClaimRequest, tx?: EntityManager, lockTimeoutMs?: number): Promise<ClaimResult> {
+    if (!tx) return claimResult((await this.claimAlone(request))[0], request);
+    const statement = this.statements.claim(request, this.statements.inTransactionClaim, lockTimeoutMs ?? 0);
+    const { rows } = await this.pools.run(statement, { tx });
+    return claimResult(rows[0] as ClaimRow | undefined, request);
+  }
+
+  /**
+   * A claim committed on its own, on the claim pool: its transaction, the
+   * claim and its COMMIT in one round trip.
+   */
+  private async claimAlone(request: ClaimRequest): Promise<ClaimRow[]> {
+    const { claimPool } = this.pools;
+    const [client, release] = await lendConnection(claimPool);
+    let failure: unknown;
+    try {
+      const [, claim, commit] = await exchange(
+        client,
+        [{ text: BEGIN_READ_COMMITTED }, this.statements.claim(request, 'claim', null), { text: 'COMMIT' }],
+        claimPool,
+      );
+      const { rows } = answerOf(claim);
+      answerOf(commit);
+      return rows as ClaimRow[];
+    } catch (error) {
+      failure = error;
+      throw error;
+    } finally {
+      // A failed claim's COMMIT answered ROLLBACK: the connection is idle again, unless it died.
+      release(failure !== undefined && isUnavailableError(failure) ? failure : undefined);
+    }
+  }
+
+  /**
+   * The claim and the BEGIN of the work's transaction in one round trip, on
+   * the connection the work then uses: one pipeline of parameterised
+   * statements (see `pipelined`), no value ever in a statement's text.
+   *
+   * - `separate`: `BEGIN ISOLATION LEVEL READ COMMITTED`, the claim, `COMMIT`,
+   *   `START TRANSACTION`. The claim commits on its own (another connection
+   *   sees it at once; a later ROLLBACK leaves it), durably: the work may use
+   *   its generation in calls to other systems before its own COMMIT, and a
+   *   retry after a crash of the database must find that same generation.
+   *   It runs at READ COMMITTED whatever the server's, the database's or the
+   *   role's default, so a concurrent claim's commit is read, never a
+   *   serialization failure. When the main pool has no connection free, the
+   *   claim goes to the claim pool instead, so that replays and 409s never
+   *   queue behind business transactions, and the BEGIN follows once a
+   *   connection is free (see claim-routing.ts).
+   * - `request-transaction`: `START TRANSACTION`, the claim, `SAVEPOINT`. The
+   *   savepoint lets a failure's response be stored under the key's lock, so a
+   *   duplicate waiting on it finds the stored answer. The transaction keeps
+   *   the app's isolation level; under a stricter one than READ COMMITTED a
+   *   claim whose snapshot predates the key's last commit fails with a
+   *   serialization failure, and the transaction starts again (the
+   *   partitioned table refuses the mode there).
+   *
+   * Behind PgBouncer in transaction pooling the pipeline ends inside an open
+   * transaction, so the server connection stays with this client.
+   */
+  override async begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs = 0): Promise<BeginResult<EntityManager>> {
+    return this.claimAndBegin.begin(request, mode, lockTimeoutMs);
+  }
+
+  /** Renews the lease, fenced; an attempt whose transaction holds the key's lock keeps the key without a write. */
+  override async renewLease(ref: ClaimRef, leaseMs: number): Promise<boolean> {
+    if (this.attemptParts.keyLockHolders.has(ref.ownerToken)) return true;
+    const statement = { text: this.statements.sql.renewLease, values: [ref.tenant, ref.key, ref.ownerToken, leaseMs] };
+    const { affected } = await this.pools.run(statement, { write: true });
+    return affected === 1;
+  }
+
+  /**
+   * Like `DataSource.transaction`, except for what a failed ROLLBACK means.
+   * TypeORM swallows it; here, when the work failed and the ROLLBACK cannot
+   * reach the server, it is the ROLLBACK's error that is thrown: the
+   * transaction's own connection died, which is the store's failure (a 503,
+   * outcome unknown), not the work's, whatever the work then threw.
+   */
+  async transaction<T>(work: (tx: EntityManager) => Promise<T>): Promise<T> {
+    const runner = this.pools.main.createQueryRunner();
+    try {
+      await runner.startTransaction();
+      const result = await work(runner.manager);
+      await runner.commitTransaction();
+      return result;
+    } catch (error) {
+      if (runner.isTransactionActive || runner.isReleased) {
+        try {
+          await runner.rollbackTransaction();
+        } catch (rollbackError) {
+          if (isUnavailableError(rollbackError)) throw rollbackError;
+        }
+      }
+      throw error;
+    } finally {
+      if (!runner.isReleased) await runner.release();
+    }
+  }
+
+  async complete(ref: ClaimRef, response: StoredResponse, ttlMs: number, tx?: EntityManager): Promise<boolean> {
+    try {
+      const { rows } = await this.pools.run(this.statements.complete(ref, response, ttlMs), tx ? { tx } : { write: true });
+      return (rows as Array<{ completed: boolean }>)[0]?.completed === true;
+    } catch (error) {
+      if (isFenceLost(error)) return false;
+      throw error;
+    }
+  }
+
+  async recordPhase(ref: ClaimRef, phases: PhaseState, leaseMs: number, tx?: EntityManager): Promise<boolean> {
+    const statement = {
+      text: this.statements.sql.recordPhase,
+      values: [ref.tenant, ref.key, ref.ownerToken, phases.recoveryPoint, JSON.stringify(phases.results), leaseMs],
+    };
+    try {
+      const { affected } = await this.pools.run(statement, tx ? { tx } : { write: true });
+      return affected === 1;
+    } catch (error) {
+      if (isFenceLost(error)) return false;
+      throw error;
+    }
+  }
+
+  /**
+   * Gives the claim back when the work never ran (or was rejected before it
+   * started): a fresh claim is deleted, a takeover's lease ends with its
+   * history kept (see the `release` statement).
+   */
+  async release(ref: ClaimRef, forget = false): Promise<boolean> {
+    const values = [ref.tenant, ref.key, ref.ownerToken];
+    if (forget) return (await this.pools.run({ text: this.statements.sql.forget, values }, { write: true })).affected === 1;
+    const { rows } = await this.pools.run({ text: this.statements.sql.release, values }, { write: true });
+    return Number((rows as Array<{ released: string | number }>)[0]?.released ?? 0) > 0;
+  }
+
+  /**
+   * Ends the lease of the attempt holding `ownerToken` and fences it with a
+   * new token (an operator's release, from the board): the next retry takes
+   * the key over at once.
+   * @returns the attempt's key, or undefined when it no longer holds one
+   */
+  async endLease(tenant: string, ownerToken: string): Promise<string | undefined> {
+    const { rows } = await this.pools.run({ text: this.statements.sql.endLease, values: [tenant, ownerToken] }, { write: true });
+    return (rows as Array<{ key: string }>)[0]?.key;
+  }
+
+  /** Deletes expired keys in paced batches under an advisory lock; the partitioned table retires partitions instead. */
+  async sweep(options: SweepOptions): Promise<SweepResult> {
+    return sweepExpiredKeys(this.sweptTable, options);
+  }
+
+  override async countExpired(limit: number): Promise<number> {
+    return countExpiredKeys(this.sweptTable, limit);
+  }
+
+  isUnavailableError(error: unknown): boolean {
+    return isUnavailableError(error);
+  }
+}

@@ -1,0 +1,48 @@
+import type { QueryRunner } from 'typeorm';
+import type { PgClient } from './pools.js';
+
+/**
+ * Runs TypeORM's `runner.startTransaction()`, `commitTransaction()` or
+ * `rollbackTransaction()` with its one statement (`START TRANSACTION`,
+ * `COMMIT`, `ROLLBACK`) replaced by `send`, so the app's transaction
+ * subscribers and TypeORM's own bookkeeping see the transaction as usual,
+ * while the statement travels in one round trip with the module's (or, for a
+ * transaction the server has already ended, not at all).
+ *
+ * @param send sends the statement, given as it should go (with the isolation
+ *   level in it, for START TRANSACTION), on the runner's client
+ */
+export async function withTransactionStatementReplaced(
+  runner: QueryRunner,
+  statement: 'START TRANSACTION' | 'COMMIT' | 'ROLLBACK',
+  send: (client: PgClient, statement: string) => Promise<void>,
+): Promise<void> {
+  // TypeORM follows START TRANSACTION with the data source's isolation level, which must come before any other
+  // statement of the transaction: it goes into the message instead (TypeORM has validated it as one of the levels).
+  const level = statement === 'START TRANSACTION' ? runner.connection.options.isolationLevel : undefined;
+  const sent = level && /^[A-Z ]+$/.test(level) ? `START TRANSACTION ISOLATION LEVEL ${level}` : statement;
+  const own = runner as QueryRunner & { query: QueryRunner['query'] };
+  const original = Object.getPrototypeOf(runner).query as QueryRunner['query'];
+  // The prototype's query is assigned back, never the override deleted: a delete would turn the runner into a
+  // dictionary-mode object, and every property read of TypeORM on it (the handler's statements) slower.
+  const restore = () => (own.query = original);
+  own.query = async function (this: QueryRunner, sql: string, ...rest: unknown[]) {
+    if (sql === statement) {
+      await send((await runner.connect()) as PgClient, sent);
+      if (sent === statement) restore();
+      return [];
+    }
+    if (sent !== statement && sql.startsWith('SET TRANSACTION ISOLATION LEVEL')) {
+      restore();
+      return [];
+    }
+    return (original as (...args: unknown[]) => Promise<unknown>).call(this, sql, ...rest);
+  } as QueryRunner['query'];
+  try {
+    if (statement === 'START TRANSACTION') await runner.startTransaction();
+    else if (statement === 'COMMIT') await runner.commitTransaction();
+    else await runner.rollbackTransaction();
+  } finally {
+    restore();
+  }
+}
