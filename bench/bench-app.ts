@@ -13,7 +13,7 @@
  *   POST /idem-rt/charges  @Idempotent({ claimMode: 'request-transaction' }): claim inside the transaction
  *   POST /floor/charges  the module's protocol written by hand on pg (its own claim and completion SQL),
  *                        in 3 round trips: `BEGIN; claim; COMMIT; BEGIN`, the INSERT, `complete; COMMIT`
- *   POST /floor-sync-claim/charges  the same, with the claim's commit waiting for its WAL flush
+ *   POST /floor-async-claim/charges  the same, with the claim committed asynchronously (an earlier version's choice)
  *   POST /floor-5rt/charges  the earlier protocol, one statement per round trip (claim, BEGIN, INSERT, complete, COMMIT)
  *   POST /floor-prepared/charges  that one with claim and completion as named prepared statements
  *   POST /nodb/charges   no database work at all (it waits `delayMs` when given, as the handler does)
@@ -49,6 +49,7 @@ import type pg from 'pg';
 import type { DataSource, EntityManager, Logger as TypeOrmLogger } from 'typeorm';
 import { DEFAULT_LEASE_MS, DEFAULT_TTL_MS } from '../src/idempotency.constants.js';
 import { FENCE_LOST_SQLSTATE, keyStoreStatements } from '../src/store/key-store.sql.js';
+import { pipelined, type PipelineClient, type PipelinedStatement } from '../src/store/postgres/pipelined.js';
 import { quoteTableName } from '../src/store/identifiers.js';
 import { Idempotent, IdempotencyModule, TxManager } from '../src/index.js';
 import { CHARGES_TABLE, CUSTOMERS_TABLE, EVENTS_TABLE, KEY_TABLE, LEDGER_TABLE } from './database.js';
@@ -226,12 +227,15 @@ type ClaimRow = { state: string; response_status: number | null; response_body: 
 
 /**
  * How the floor talks to PostgreSQL:
- * - `roundTrips: 3` is the module's new-key protocol: `BEGIN; claim; COMMIT; BEGIN`
- *   as one simple-protocol message, the handler's INSERT, then `complete; COMMIT`
- *   as one message. `asyncClaimCommit` commits the claim with
- *   `synchronous_commit = off` (the business COMMIT that follows flushes its WAL),
- *   as the module does; without it the claim waits for its own flush, which only
- *   a server with durable commits can show.
+ * - `roundTrips: 3` is the module's new-key protocol, statement for statement:
+ *   `BEGIN ISOLATION LEVEL READ COMMITTED`, the claim, `COMMIT` and `START
+ *   TRANSACTION` pipelined in one socket write (node-postgres 8.23, each value a
+ *   parameter, as the store sends them), the handler's INSERT, then the fenced
+ *   completion and `COMMIT` pipelined the same way. `asyncClaimCommit` commits
+ *   the claim with `synchronous_commit = off` (an earlier version's choice: the
+ *   business COMMIT that follows flushes its WAL); without it the claim waits for
+ *   its own flush, as the module's does, which only a server with durable
+ *   commits can show.
  * - `roundTrips: 5` is the earlier protocol, one statement per round trip (claim,
  *   BEGIN, INSERT, completion, COMMIT); `prepared` sends claim and completion as
  *   named prepared statements, which only the extended protocol can carry.
@@ -286,13 +290,16 @@ class HandWrittenIdempotency {
     let settled = false;
     let broken: Error | undefined;
     try {
-      // The claim commits alone (duplicates on other connections must see it), and the
-      // business transaction opens, in one message. SET LOCAL lasts for the claim's transaction only.
-      const claimStatement = inline(client, this.claimSql, claimParams);
-      const claimMessage = asyncClaimCommit
-        ? `BEGIN; SET LOCAL synchronous_commit TO off; ${claimStatement}; COMMIT; BEGIN`
-        : `BEGIN; ${claimStatement}; COMMIT; BEGIN`;
-      const results = await this.message(client, claimMessage);
+      // The claim commits alone (duplicates on other connections must see it), and the business transaction opens,
+      // in one round trip. SET LOCAL lasts for the claim's transaction only.
+      const claimStatements: PipelinedStatement[] = [
+        { text: 'BEGIN ISOLATION LEVEL READ COMMITTED' },
+        ...(asyncClaimCommit ? [{ text: 'SET LOCAL synchronous_commit TO off' }] : []),
+        { text: this.claimSql, values: claimParams },
+        { text: 'COMMIT' },
+        { text: 'START TRANSACTION' },
+      ];
+      const results = await this.pipeline(client, claimStatements);
       const row = results[asyncClaimCommit ? 2 : 1]?.rows[0] as ClaimRow | undefined;
       if (row?.state !== 'claimed') {
         await this.message(client, 'ROLLBACK');
@@ -300,8 +307,8 @@ class HandWrittenIdempotency {
         return answerWithoutWork(row);
       }
       const value = await work((sql, params) => this.query(client, sql, params));
-      // The completion raises when its fence fails, so the COMMIT after it in the message never runs.
-      await this.message(client, `${inline(client, this.completeOrRaiseSql, completeParams(value))}; COMMIT`);
+      // The completion raises when its fence fails, so the COMMIT after it answers ROLLBACK.
+      await this.pipeline(client, [{ text: this.completeOrRaiseSql, values: completeParams(value) }, { text: 'COMMIT' }]);
       settled = true;
       return { replayed: false, status: 201, value };
     } catch (error) {
@@ -366,6 +373,15 @@ class HandWrittenIdempotency {
     const result = (await client.query(sql)) as pg.QueryResult | pg.QueryResult[];
     return Array.isArray(result) ? result : [result];
   }
+
+  /** Statements pipelined in one round trip, as the store sends them; the first error is thrown once all have answered. */
+  private async pipeline(client: pg.PoolClient, statements: PipelinedStatement[]): Promise<Array<{ rows: unknown[] }>> {
+    for (const statement of statements) this.counter.record(statement.text);
+    const results = await pipelined(client as unknown as PipelineClient, statements);
+    const failed = results.find((result) => !result.ok);
+    if (failed && !failed.ok) throw failed.error;
+    return results.map((result) => (result.ok ? result : { rows: [] }));
+  }
 }
 
 /** The answer to a claim that did not claim: a replay, or the 422 / 409 the module would send. */
@@ -379,33 +395,6 @@ function answerWithoutWork(row: ClaimRow | undefined): Outcome {
   }
   if (row?.state === 'mismatch') throw new UnprocessableEntityException('Idempotency-Key reused with another request');
   throw new ConflictException('Idempotency-Key in flight');
-}
-
-/**
- * A store statement with its `$n` placeholders replaced by literals, for the
- * simple protocol (which carries no parameter values). Every value goes
- * through pg's `escapeLiteral` or is a number or hex digits we produced;
- * nothing from the request is spliced in raw. One pass, so a literal that
- * happens to contain `$1` is not substituted again.
- */
-function inline(client: pg.PoolClient, sql: string, params: unknown[]): string {
-  return sql.replace(/\$(\d+)/g, (_, n: string) => {
-    const index = Number(n) - 1;
-    if (index >= params.length) throw new Error(`No value for $${n} in: ${sql}`);
-    return literal(client, params[index]);
-  });
-}
-
-function literal(client: pg.PoolClient, value: unknown): string {
-  if (value === null || value === undefined) return 'NULL';
-  if (typeof value === 'number') {
-    if (!Number.isFinite(value)) throw new Error(`Cannot send ${value} as an SQL literal.`);
-    return String(value);
-  }
-  if (typeof value === 'string') return client.escapeLiteral(value);
-  // Hex input of bytea; an E'' string reads the same whatever standard_conforming_strings says.
-  if (Buffer.isBuffer(value)) return `E'\\\\x${value.toString('hex')}'::bytea`;
-  throw new Error(`The bench floor has no literal for a ${typeof value}.`);
 }
 
 function expectParameters(sql: string | undefined, count: number, name: string): string {
@@ -473,17 +462,17 @@ class ChargesController {
     @Req() request: FloorRequest,
     @Res(PASS) reply: unknown,
   ) {
-    return this.handWrittenCharge(body, key, request, reply, { roundTrips: 3, asyncClaimCommit: true });
+    return this.handWrittenCharge(body, key, request, reply, { roundTrips: 3, asyncClaimCommit: false });
   }
 
-  @Post('floor-sync-claim/charges')
-  floorSyncClaim(
+  @Post('floor-async-claim/charges')
+  floorAsyncClaim(
     @Body() body: ChargeBody,
     @Headers('idempotency-key') key: string | undefined,
     @Req() request: FloorRequest,
     @Res(PASS) reply: unknown,
   ) {
-    return this.handWrittenCharge(body, key, request, reply, { roundTrips: 3, asyncClaimCommit: false });
+    return this.handWrittenCharge(body, key, request, reply, { roundTrips: 3, asyncClaimCommit: true });
   }
 
   @Post('floor-5rt/charges')

@@ -8,12 +8,12 @@ import { APP_APPLICATION_NAME } from './protocol.js';
  * Scenario 13's variants. The embedded server runs with `fsync=off`, where a
  * commit costs no flush and the claim's own commit (the module commits the
  * claim before the business transaction opens) cannot show; on a server with
- * durable commits it can. `floorSyncClaim` against `floor` is that commit's
- * price: the same protocol with the claim's commit waiting for its flush, and
- * asynchronous (the module's choice, since the business COMMIT that follows
- * flushes it anyway).
+ * durable commits it can. `floor` against `floorAsyncClaim` is that commit's
+ * price: the same protocol with the claim's commit waiting for its flush (the
+ * module's: a claim the handler used must survive a crash of the server), and
+ * asynchronous (an earlier version's choice).
  */
-export const DURABLE_VARIANTS = ['bare', 'module', 'floor', 'floorSyncClaim', 'requestTransaction'] as const;
+export const DURABLE_VARIANTS = ['bare', 'module', 'floor', 'floorAsyncClaim', 'requestTransaction'] as const;
 export type DurableVariantName = (typeof DURABLE_VARIANTS)[number];
 
 export interface DurableAdapterResults {
