@@ -543,6 +543,8 @@ function createBenchModule(counter: RoundTripCounter) {
         tenant: () => TENANT,
         sweep: false,
         preparedStatements: process.env.BENCH_PREPARED_STATEMENTS === '1',
+        // Replays of keys this app completed answered from memory (the profile measures replay with it on and off).
+        replayFromMemory: process.env.BENCH_REPLAY_FROM_MEMORY === '1',
         // Scenario 10 also runs with 0 (claims share the business pool) to show what the reserved pool buys.
         ...(process.env.BENCH_RESERVED_CONNECTIONS
           ? { reservedConnections: Number(process.env.BENCH_RESERVED_CONNECTIONS) }

@@ -215,6 +215,18 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
    * business transactions. `0` shares the app's pool. Default 2.
    */
   reservedConnections?: number;
+  /**
+   * Answer a retry of a key this instance completed from memory, without a
+   * round trip, for at most `window` after the completion and never past the
+   * record's expiry (less a margin of a second and 1% of the TTL): a
+   * completed answer never changes until it expires. Checked with the tenant
+   * and the fingerprint as the database would (422 for another request).
+   * Bounded in entries and bytes, oldest out first. `true` for the defaults
+   * (10,000 entries, 32 MiB, 60 s); `false` or absent: every replay asks the
+   * database. An operator who deletes a completed key by hand must expect
+   * this instance to keep answering it until the window ends.
+   */
+  replayFromMemory?: boolean | { maxEntries?: number; maxBytes?: number; window?: Duration };
   /** The scheduled sweeper (needs `ScheduleModule.forRoot()`), or `false` to disable it. Default: enabled, every 60 s. */
   sweep?: SweepSchedule | false;
   /** The transactional outbox. */
@@ -252,6 +264,8 @@ export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
   preparedStatements: boolean;
   reservedConnections: number;
   telemetry: boolean;
+  /** Undefined: off. */
+  replayFromMemory?: { maxEntries: number; maxBytes: number; windowMs: number };
   /** How a sweep runs, scheduled (`scheduled`) or called through `IdempotencyService.sweep()`. */
   sweep: { scheduled: boolean; intervalMs: number; batchSize: number; maxDurationMs: number; dutyCycle: number };
   outbox: ResolvedOutboxOptions;

@@ -73,6 +73,7 @@ export function resolveIdempotencyOptions(options: IdempotencyModuleOptions | un
     preparedStatements: booleanOption(options.preparedStatements ?? false, 'preparedStatements'),
     telemetry: booleanOption(options.telemetry ?? true, 'telemetry'),
     reservedConnections: nonNegativeInteger(options.reservedConnections ?? DEFAULT_RESERVED_CONNECTIONS, 'reservedConnections'),
+    replayFromMemory: resolveReplayFromMemory(options.replayFromMemory),
     sweep: resolveSweep(options.sweep),
     outbox: resolveOutbox(options.outbox),
     ledger: {
@@ -208,6 +209,21 @@ function resolveSweep(sweep: SweepSchedule | false | undefined): ResolvedIdempot
     batchSize,
     maxDurationMs: s.maxDuration === undefined ? DEFAULT_SWEEP_MAX_DURATION_MS : toMs(s.maxDuration, 'sweep.maxDuration'),
     dutyCycle,
+  };
+}
+
+function resolveReplayFromMemory(
+  option: IdempotencyModuleOptions['replayFromMemory'],
+): ResolvedIdempotencyOptions['replayFromMemory'] {
+  if (option === undefined || option === false) return undefined;
+  const limits = option === true ? {} : option;
+  if (typeof limits !== 'object' || limits === null) {
+    throw new IdempotencyConfigurationError(messages.config.boolean('replayFromMemory (or its limits)'));
+  }
+  return {
+    maxEntries: positiveInteger(limits.maxEntries ?? 10_000, 'replayFromMemory.maxEntries'),
+    maxBytes: positiveInteger(limits.maxBytes ?? 32 * 1024 * 1024, 'replayFromMemory.maxBytes'),
+    windowMs: limits.window === undefined ? 60_000 : toMs(limits.window, 'replayFromMemory.window'),
   };
 }
 

@@ -1,7 +1,9 @@
 import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { BeginResult, ClaimMode, ClaimRequest, ClaimResult, IdempotencyStore, StoredResponse } from './idempotency-store.js';
 import { beginAttempt } from './begin-attempt.js';
+import type { CompletedAnswers } from './completed-answers.js';
 import {
   CommitRefusedError,
   FingerprintMismatchError,
@@ -39,9 +41,14 @@ export class IdempotencyEngine<Tx> {
   private readonly held: HeldKeys<Tx>;
   private readonly isUnavailable = (error: unknown) => this.store.isUnavailableError(error);
 
+  /**
+   * @param answers the answers this process completed, to replay from memory;
+   *   without it every replay asks the store
+   */
   constructor(
     private readonly store: IdempotencyStore<Tx>,
     private readonly observer: EngineObserver = SILENT_OBSERVER,
+    private readonly answers?: CompletedAnswers,
   ) {
     this.held = new HeldKeys(store);
   }
@@ -76,7 +83,12 @@ export class IdempotencyEngine<Tx> {
   ): Promise<EngineOutcome<R>> {
     const deadline = Date.now() + (work.waitMs ?? 0);
 
-    // 1. A duplicate of an execution running in this process is answered from it, without a round trip.
+    // 1. A duplicate of an execution completed or running in this process is answered from it, without a round trip.
+    const remembered = this.answers?.get(work.tenant, work.key);
+    if (remembered) {
+      if (remembered.fingerprint !== work.fingerprint) throw new FingerprintMismatchError();
+      return { kind: 'replayed', response: remembered.response };
+    }
     const running = this.held.running(work);
     if (running) {
       if (running.fingerprint !== work.fingerprint) throw new FingerprintMismatchError();
@@ -114,6 +126,7 @@ export class IdempotencyEngine<Tx> {
 
       // 4. Complete the key, fenced by the owner token, and COMMIT it with the work (phases committed their own).
       let completed: boolean;
+      const completedAt = performance.now();
       try {
         completed = await observedComplete(this.observer, () =>
           transaction ? transaction.commit(done.response, work.ttlMs) : this.store.complete(held.ref, done.response, work.ttlMs),
@@ -125,6 +138,7 @@ export class IdempotencyEngine<Tx> {
         return (outcome = await this.fail(work, { ...claimed, transaction: undefined }, new CommitRefusedError(error), trace));
       }
       if (!completed) throw new LeaseLostError();
+      this.answers?.remember(work.tenant, work.key, work.fingerprint, done.response, work.ttlMs, completedAt);
       return (outcome = { kind: 'executed', ...done });
     } catch (error) {
       ending?.(error instanceof StoreUnavailableError && error.outcome === 'unknown' ? 'unknown' : 'rolled-back');
@@ -207,6 +221,7 @@ export class IdempotencyEngine<Tx> {
     }
     if (decision.action === 'store') {
       const { response } = decision;
+      const completedAt = performance.now();
       const stored = await this.guard(
         () =>
           claimKept
@@ -218,6 +233,7 @@ export class IdempotencyEngine<Tx> {
       );
       // In request-transaction mode a lost race only means another attempt's outcome stands; this client still gets its own.
       if (!stored && mode === 'separate') throw new LeaseLostError();
+      if (stored) this.answers?.remember(work.tenant, work.key, work.fingerprint, response, work.ttlMs, completedAt);
       return { kind: 'failure-stored', response, error };
     }
     if (claimKept) await this.guard(() => transaction!.rollback(false), claimed);

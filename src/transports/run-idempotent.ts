@@ -1,5 +1,6 @@
 import { HttpException, Inject, Injectable, Logger, Optional, type ExecutionContext } from '@nestjs/common';
 import type { DataSource, EntityManager } from 'typeorm';
+import { CompletedAnswers } from '../core/completed-answers.js';
 import { IdempotencyEngine } from '../core/idempotency-engine.js';
 import { IdempotencyStore, type StoredResponse } from '../core/idempotency-store.js';
 import { fingerprintValue } from '../core/fingerprint.js';
@@ -123,7 +124,8 @@ export class IdempotencyRuntime {
     @Optional() @Inject(IDEMPOTENCY_OBSERVER) observer?: EngineObserver,
     @Optional() @Inject(IDEMPOTENCY_TRANSACTION_MANAGER) private readonly appTransactions?: AppTransactionManager,
   ) {
-    this.engine = new IdempotencyEngine(store, observer);
+    const answers = options.replayFromMemory && new CompletedAnswers(options.replayFromMemory);
+    this.engine = new IdempotencyEngine(store, observer, answers || undefined);
   }
 
   /** A fresh execution context: the plain manager until a transaction opens, the handler not started. */
