@@ -1,5 +1,4 @@
-import { HttpException, type CallHandler, type ExecutionContext } from '@nestjs/common';
-import type { Subscriber } from 'rxjs';
+import { HttpException } from '@nestjs/common';
 import { fingerprintValue } from '../core/fingerprint.js';
 import { checkKey, parseIdempotencyKey } from '../core/key.js';
 import type { FailureReading } from '../core/outcomes.js';
@@ -8,11 +7,10 @@ import { messages } from '../errors/messages.js';
 import { problems } from '../errors/problems.js';
 import { IdempotencyGraphQLError, ReplayedGraphQLError, StoredGraphQLError } from '../graphql/graphql-problem.js';
 import { headerValues, type HttpRequest } from '../http/request-identity.js';
-import type { RouteSettings } from '../http/route-settings.js';
 import { REPLAYED_HEADER } from '../idempotency.constants.js';
 import { lastValueOf } from './http-transport.js';
 import { problemForOutcome } from './outcome-answers.js';
-import type { Done, IdempotencyRuntime, Transport } from './run-idempotent.js';
+import { NestTransport, type Done } from './run-idempotent.js';
 import { jsonResponse, readJson, type StoredOutcome } from './stored-outcome.js';
 
 /** The argument read for the key when the request has no key header. */
@@ -26,7 +24,7 @@ interface GraphQLContextValue {
   reply?: { request?: HttpRequest; header?: (name: string, value: string) => unknown };
 }
 
-export interface ResolveInfo {
+interface ResolveInfo {
   fieldName?: string;
   parentType?: { name?: string };
 }
@@ -41,21 +39,10 @@ type StoredError = { message: string; extensions: Record<string, unknown> };
  * errors whose `extensions` carry the code, problem type and status the HTTP
  * routes use.
  */
-export class GraphQLTransport implements Transport {
-  private readonly args: Record<string, unknown>;
-  private readonly gqlContext: GraphQLContextValue;
-
-  constructor(
-    private readonly runtime: IdempotencyRuntime,
-    private readonly route: RouteSettings,
-    private readonly context: ExecutionContext,
-    private readonly next: CallHandler,
-    private readonly subscriber: Subscriber<unknown>,
-    private readonly info: ResolveInfo | undefined,
-  ) {
-    this.args = context.getArgByIndex<Record<string, unknown> | undefined>(1) ?? {};
-    this.gqlContext = context.getArgByIndex<GraphQLContextValue | undefined>(2) ?? {};
-  }
+export class GraphQLTransport extends NestTransport {
+  private readonly args = this.context.getArgByIndex<Record<string, unknown> | undefined>(1) ?? {};
+  private readonly gqlContext = this.context.getArgByIndex<GraphQLContextValue | undefined>(2) ?? {};
+  private readonly info = this.context.getArgByIndex<ResolveInfo | undefined>(3);
 
   readKey(): string | undefined {
     const { options } = this.runtime;

@@ -1,5 +1,5 @@
-import { HttpException, type CallHandler, type ExecutionContext } from '@nestjs/common';
-import type { Observable, Subscriber } from 'rxjs';
+import { HttpException } from '@nestjs/common';
+import type { Observable } from 'rxjs';
 import { CommitRefusedError } from '../core/errors.js';
 import { fingerprintRequest } from '../core/fingerprint.js';
 import type { StoredResponse } from '../core/idempotency-store.js';
@@ -11,12 +11,11 @@ import { IdempotencyProblemException, problemResponse, problems } from '../error
 import { captureResponse } from '../http/capture.js';
 import { fingerprintInput, headerValues, serverResponse, type HttpRequest } from '../http/request-identity.js';
 import { ResponseNotSentError, type ResponseCapture } from '../http/response-capture.js';
-import type { RouteSettings } from '../http/route-settings.js';
 import { describeUnreplayable, ResponseTooLargeError, UnreplayableResponseError } from '../http/unreplayable.js';
 import { REPLAYED_HEADER } from '../idempotency.constants.js';
 import { OnceSubscriber } from './once-subscriber.js';
 import { problemForOutcome } from './outcome-answers.js';
-import type { Done, IdempotencyRuntime, Transport } from './run-idempotent.js';
+import { NestTransport, type Done } from './run-idempotent.js';
 
 /**
  * The handler returned, but what reached the wire is an error: something
@@ -36,26 +35,13 @@ class FailedAfterHandlerError extends Error {
  * stored and replayed is what the client got, and let go only once its
  * outcome is committed.
  */
-export class HttpTransport implements Transport {
-  private readonly request: HttpRequest;
-  private readonly wire: ResponseCapture;
-  private readonly out: OnceSubscriber;
-
-  constructor(
-    private readonly runtime: IdempotencyRuntime,
-    private readonly route: RouteSettings,
-    private readonly context: ExecutionContext,
-    private readonly next: CallHandler,
-    private readonly subscriber: Subscriber<unknown>,
-  ) {
-    const http = context.switchToHttp();
-    this.request = http.getRequest<HttpRequest>();
-    this.wire = captureResponse(http.getResponse(), {
-      replayHeaders: runtime.options.replayHeaders,
-      maxBytes: route.options.maxResponseBytes,
-    });
-    this.out = new OnceSubscriber(subscriber);
-  }
+export class HttpTransport extends NestTransport {
+  private readonly request = this.context.switchToHttp().getRequest<HttpRequest>();
+  private readonly wire: ResponseCapture = captureResponse(this.context.switchToHttp().getResponse(), {
+    replayHeaders: this.runtime.options.replayHeaders,
+    maxBytes: this.route.options.maxResponseBytes,
+  });
+  private readonly out = new OnceSubscriber(this.subscriber);
 
   readKey(): string | undefined {
     const values = headerValues(this.request, this.runtime.options.header);

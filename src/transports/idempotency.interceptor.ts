@@ -3,7 +3,7 @@ import { Observable } from 'rxjs';
 import { IdempotencyConfigurationError } from '../errors/configuration.error.js';
 import { messages } from '../errors/messages.js';
 import { IdempotentRoutes } from '../http/route-settings.js';
-import { GraphQLTransport, type ResolveInfo } from './graphql-transport.js';
+import { GraphQLTransport } from './graphql-transport.js';
 import { HttpTransport } from './http-transport.js';
 import { MessageTransport } from './message-transport.js';
 import { IdempotencyRuntime, runIdempotent } from './run-idempotent.js';
@@ -49,16 +49,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const route = this.routes.get(context.getClass<Type>(), context.getHandler() as (...args: unknown[]) => unknown);
     if (!route) return next.handle();
     const { runtime } = this;
+    const Transport = type === 'http' ? HttpTransport : type === 'graphql' ? GraphQLTransport : MessageTransport;
     return new Observable((subscriber) => {
-      if (type === 'http') {
-        void runIdempotent(runtime, route, context, new HttpTransport(runtime, route, context, next, subscriber));
-      } else if (type === 'graphql') {
-        const info = identity as ResolveInfo | undefined;
-        void runIdempotent(runtime, route, context, new GraphQLTransport(runtime, route, context, next, subscriber, info));
-      } else {
-        const transport = new MessageTransport(runtime, route, context, next, subscriber);
-        runIdempotent(runtime, route, context, transport).catch((error: unknown) => transport.unexpected(error));
-      }
+      const transport = new Transport(runtime, route, context, next, subscriber);
+      runIdempotent(runtime, route, context, transport).catch((error: unknown) => transport.unexpected(error));
     });
   }
 }

@@ -1,5 +1,4 @@
-import { HttpException, type CallHandler, type ExecutionContext } from '@nestjs/common';
-import type { Subscriber } from 'rxjs';
+import { HttpException } from '@nestjs/common';
 import { fingerprintValue } from '../core/fingerprint.js';
 import type { ClaimInfo } from '../core/work.js';
 import { checkKey } from '../core/key.js';
@@ -7,12 +6,11 @@ import type { FailurePolicy, FailureReading } from '../core/outcomes.js';
 import type { EngineOutcome } from '../core/work.js';
 import { messages } from '../errors/messages.js';
 import { problems } from '../errors/problems.js';
-import type { RouteSettings } from '../http/route-settings.js';
 import { messageDelivery, type MessageDelivery } from '../rpc/message-delivery.js';
 import { lastValueOf } from './http-transport.js';
 import { OnceSubscriber } from './once-subscriber.js';
 import { messageAnswerFor, messageRefusal } from './outcome-answers.js';
-import type { Done, IdempotencyRuntime, Transport } from './run-idempotent.js';
+import { NestTransport, type Done } from './run-idempotent.js';
 import { jsonResponse, readJson, type StoredOutcome } from './stored-outcome.js';
 
 /** Set by `@EventPattern` (2) and `@MessagePattern` (1) on the handler (@nestjs/microservices' PatternHandler). */
@@ -42,30 +40,18 @@ const loadMicroservices = () => (microservices ??= import('@nestjs/microservices
  * never be processed (no key, another message's key, a handler that failed
  * `maxDeliveries` times) is dead-lettered.
  */
-export class MessageTransport implements Transport {
-  readonly delivery: MessageDelivery;
-  private readonly reply: OnceSubscriber;
-  private readonly expectsReply: boolean;
+export class MessageTransport extends NestTransport {
+  readonly delivery: MessageDelivery = messageDelivery(this.context.switchToRpc().getContext(), (action, error) =>
+    this.runtime.logger.error(
+      messages.consumer.settleFailed(this.route.name, action, error instanceof Error ? error.message : String(error)),
+    ),
+  );
+  private readonly reply = new OnceSubscriber(this.subscriber);
+  private readonly expectsReply = Reflect.getMetadata(HANDLER_TYPE_METADATA, this.context.getHandler()) !== EVENT_HANDLER;
   /** The claim's attempt number, once claimed; the policy that decided a failure; when the handler started. */
   private attempt = 1;
   private policy: FailurePolicy | 'rejected' = 'keep';
   private startedAt = Date.now();
-
-  constructor(
-    private readonly runtime: IdempotencyRuntime,
-    private readonly route: RouteSettings,
-    private readonly context: ExecutionContext,
-    private readonly next: CallHandler,
-    subscriber: Subscriber<unknown>,
-  ) {
-    this.reply = new OnceSubscriber(subscriber);
-    this.expectsReply = Reflect.getMetadata(HANDLER_TYPE_METADATA, context.getHandler()) !== EVENT_HANDLER;
-    this.delivery = messageDelivery(context.switchToRpc().getContext(), (action, error) =>
-      runtime.logger.error(
-        messages.consumer.settleFailed(route.name, action, error instanceof Error ? error.message : String(error)),
-      ),
-    );
-  }
 
   readKey(): string | undefined {
     const option = this.route.options.key;
@@ -108,7 +94,7 @@ export class MessageTransport implements Transport {
     return { definite, response: async () => jsonResponse({ error: await rpcPayload(error) }, 400) };
   }
 
-  decided(policy: FailurePolicy | 'rejected'): void {
+  override decided(policy: FailurePolicy | 'rejected'): void {
     this.policy = policy;
   }
 
@@ -157,7 +143,7 @@ export class MessageTransport implements Transport {
   }
 
   /** Anything else that went wrong: dead-lettered and logged, for a person to look at. */
-  unexpected(error: unknown): void {
+  override unexpected(error: unknown): void {
     this.runtime.logger.error(
       messages.consumer.unexpected(this.route.name),
       error instanceof Error ? error.stack : String(error),

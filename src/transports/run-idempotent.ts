@@ -1,4 +1,5 @@
-import { HttpException, Inject, Injectable, Logger, Optional, type ExecutionContext } from '@nestjs/common';
+import { HttpException, Inject, Injectable, Logger, Optional, type CallHandler, type ExecutionContext } from '@nestjs/common';
+import type { Subscriber } from 'rxjs';
 import type { DataSource, EntityManager } from 'typeorm';
 import { CompletedAnswers } from '../core/completed-answers.js';
 import { IdempotencyEngine } from '../core/idempotency-engine.js';
@@ -21,28 +22,43 @@ import { idempotencyContext, type IdempotencyExecutionContext } from '../transac
 export type Done<R> = { response: StoredResponse; result: R };
 
 /**
- * What one transport (HTTP, GraphQL, messages) supplies for one request;
- * everything else, in `runIdempotent`, is the same for all three.
+ * One request of one transport (HTTP, GraphQL, messages): what it supplies
+ * to `runIdempotent`, which does everything else the same for all three.
+ * Built from the app's runtime, the route, Nest's context and handler, and
+ * the subscriber of the Observable Nest asked for.
  */
-export interface Transport<R = unknown> {
+export abstract class NestTransport<R = unknown> {
+  constructor(
+    protected readonly runtime: IdempotencyRuntime,
+    protected readonly route: RouteSettings,
+    protected readonly context: ExecutionContext,
+    protected readonly next: CallHandler,
+    protected readonly subscriber: Subscriber<unknown>,
+  ) {}
+
   /** The request's key, or undefined when it carries none. Throws when the key is malformed. */
-  readKey(): string | undefined;
+  abstract readKey(): string | undefined;
   /** The fingerprint of the request when the route sets no `fingerprint` of its own. */
-  fingerprint(): string;
+  abstract fingerprint(): string;
   /** Runs the handler once the key is claimed. */
-  invoke(claim: ClaimInfo): Promise<Done<R>>;
+  abstract invoke(claim: ClaimInfo): Promise<Done<R>>;
   /** Reads a failure of the handler, once its writes rolled back. */
-  readFailure(error: unknown): FailureReading | Promise<FailureReading>;
+  abstract readFailure(error: unknown): FailureReading | Promise<FailureReading>;
   /** Told which policy decided a failure (`'rejected'`: the handler's body never started). */
   decided?(policy: FailurePolicy | 'rejected'): void;
   /** Runs the handler with no idempotency: a route whose key is optional, called without one. */
-  runWithoutKey(): void;
+  abstract runWithoutKey(): void;
   /** Sends the outcome on: the handler's result, a replay, or a stored failure. */
-  answer(outcome: EngineOutcome<R>): void | Promise<void>;
+  abstract answer(outcome: EngineOutcome<R>): void | Promise<void>;
   /** Answers a request refused before anything was claimed, at `step`. */
-  refuse(error: unknown, step: 'key' | 'tenant' | 'fingerprint'): void | Promise<void>;
+  abstract refuse(error: unknown, step: 'key' | 'tenant' | 'fingerprint'): void | Promise<void>;
   /** Answers an error of the engine (409, 422, 503, ...), or the app's own. */
-  fail(error: unknown, key: string): void | Promise<void>;
+  abstract fail(error: unknown, key: string): void | Promise<void>;
+
+  /** Something the path did not expect (a bug): the error goes on to the app's filters, which log and answer it. */
+  unexpected(error: unknown): void {
+    this.subscriber.error(error);
+  }
 }
 
 /**
@@ -54,7 +70,7 @@ export async function runIdempotent<R>(
   runtime: IdempotencyRuntime,
   route: RouteSettings,
   context: ExecutionContext,
-  transport: Transport<R>,
+  transport: NestTransport<R>,
 ): Promise<void> {
   let key: string | undefined;
   let tenant: string;
