@@ -28,6 +28,7 @@ export type VariantName =
   | 'floorFiveRoundTrips'
   | 'floorPrepared'
   | 'replay'
+  | 'replayFromMemory'
   | 'nodb'
   | 'requestTransaction'
   | 'realisticBare'
@@ -48,7 +49,8 @@ export type MainVariantName = Exclude<VariantName, 'floorAsyncClaim'>;
  */
 interface Variant {
   path: string;
-  keys: 'new' | 'replay';
+  /** `replay`: keys completed before the run; `memory`: the same, completed on the replayFromMemory route. */
+  keys: 'new' | 'replay' | 'memory';
   body?: 'big';
   connections?: 'peer';
   what: string;
@@ -76,7 +78,12 @@ export const VARIANTS: Record<VariantName, Variant> = {
     keys: 'new',
     what: 'the 5-round-trip floor with claim and completion as named prepared statements (what re-planning costs)',
   },
-  replay: { path: '/idem/charges', keys: 'replay', what: '@Idempotent(), completed keys replayed' },
+  replay: { path: '/idem/charges', keys: 'replay', what: '@Idempotent(), completed keys replayed from the database' },
+  replayFromMemory: {
+    path: '/idem-memory/charges',
+    keys: 'memory',
+    what: '@Idempotent({ replayFromMemory: true }), keys this instance completed replayed from memory',
+  },
   nodb: { path: '/nodb/charges', keys: 'new', what: 'no database work at all' },
   requestTransaction: {
     path: '/idem-rt/charges',
@@ -224,11 +231,17 @@ export async function runHttpScenarios(
   try {
     const cpu = new BackendCpu(db, APP_APPLICATION_NAME);
     replayKeys = await createCompletedKeys(app, config, `replay-${adapter}-${randomUUID()}`);
+    const memoryKeys = await createCompletedKeys(
+      app,
+      config,
+      `memory-${adapter}-${randomUUID()}`,
+      VARIANTS.replayFromMemory.path,
+    );
     await vacuumAnalyze(db);
     const bodies = { big: bigBody(config.bigBodyBytes) };
 
     const order = (Object.keys(VARIANTS) as VariantName[]).filter((name): name is MainVariantName => name !== 'floorAsyncClaim');
-    const variants = await measureVariants(app, order, config, { cpu, bigBody: bodies.big, replayKeys }, log);
+    const variants = await measureVariants(app, order, config, { cpu, bigBody: bodies.big, replayKeys, memoryKeys }, log);
 
     const conflict = await conflictLoad(app, config, adapter, log);
     const mismatch = await mismatchLoad(app, config, adapter, log);
@@ -275,7 +288,7 @@ export async function measureVariants<N extends VariantName>(
   app: AppProcess,
   order: readonly N[],
   config: BenchConfig,
-  options: { cpu: BackendCpu; wal?: WalCounter; bigBody?: string; replayKeys?: string[] },
+  options: { cpu: BackendCpu; wal?: WalCounter; bigBody?: string; replayKeys?: string[]; memoryKeys?: string[] },
   log: (line: string) => void,
 ): Promise<Record<N, VariantResult>> {
   const connectionsOf = (name: VariantName) =>
@@ -290,8 +303,8 @@ export async function measureVariants<N extends VariantName>(
     const rotated = [...order.slice(round % order.length), ...order.slice(0, round % order.length)];
     for (const name of rotated) {
       const variant = VARIANTS[name];
-      const replayKeys = options.replayKeys;
-      if (variant.keys === 'replay' && !replayKeys?.length) throw new Error(`Variant ${name} replays keys, and none were made.`);
+      const replayKeys = variant.keys === 'memory' ? options.memoryKeys : options.replayKeys;
+      if (variant.keys !== 'new' && !replayKeys?.length) throw new Error(`Variant ${name} replays keys, and none were made.`);
       const key = variant.keys === 'new' ? () => randomUUID() : () => replayKeys![replayIndex++ % replayKeys!.length];
       const body = variant.body === 'big' ? options.bigBody : BODY;
       if (body === undefined) throw new Error(`Variant ${name} sends the big body, and none was given.`);
@@ -404,11 +417,16 @@ async function replayUnderSaturation(
 }
 
 /** Completed keys for the replay variant, made through the module itself. */
-export async function createCompletedKeys(app: AppProcess, config: BenchConfig, prefix: string): Promise<string[]> {
+export async function createCompletedKeys(
+  app: AppProcess,
+  config: BenchConfig,
+  prefix: string,
+  path = VARIANTS.replay.path,
+): Promise<string[]> {
   const keys: string[] = [];
   const run = await runLoad({
     url: app.url,
-    path: VARIANTS.replay.path,
+    path,
     body: BODY,
     connections: config.connections,
     amount: config.replayKeys,

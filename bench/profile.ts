@@ -63,8 +63,12 @@ async function main(): Promise<void> {
         try {
           const cpu = new BackendCpu(db, APP_APPLICATION_NAME);
           const replayKeys = await createCompletedKeys(app, config, `profile-${randomUUID()}`);
+          const memoryKeys = routes.includes('replayFromMemory')
+            ? await createCompletedKeys(app, config, `profile-memory-${randomUUID()}`, VARIANTS.replayFromMemory.path)
+            : [];
           await vacuumAnalyze(db);
           let replayIndex = 0;
+          const keysOf = (route: VariantName) => (VARIANTS[route].keys === 'memory' ? memoryKeys : replayKeys);
           const big = routes.some((route) => VARIANTS[route].body === 'big') ? bigBody(config.bigBodyBytes) : undefined;
           // The big-body routes as the bench loads them: the ~1 MiB body, with the bench's connections for it.
           const loadOf = (route: VariantName) => ({
@@ -72,7 +76,7 @@ async function main(): Promise<void> {
             path: VARIANTS[route].path,
             body: VARIANTS[route].body === 'big' ? big! : BODY,
             connections: VARIANTS[route].body === 'big' ? config.bigBodyConnections : config.connections,
-            key: VARIANTS[route].keys === 'new' ? () => randomUUID() : () => replayKeys[replayIndex++ % replayKeys.length],
+            key: VARIANTS[route].keys === 'new' ? () => randomUUID() : () => keysOf(route)[replayIndex++ % keysOf(route).length],
           });
           for (const route of routes) await runLoad({ ...loadOf(route), seconds: 3 });
           const results: RouteProfile[] = [];

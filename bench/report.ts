@@ -40,6 +40,12 @@ const postgresCpuRatio = (variant: VariantResult, baseline: VariantResult): numb
   const b = baseline.cpuMicrosPerRequest.postgres;
   return a === null || b === null || b === 0 ? null : a / b;
 };
+/** Server CPU per request (app + PostgreSQL) of one variant over another's; null when PostgreSQL's is unknown. */
+const serverCpuRatio = (variant: VariantResult, baseline: VariantResult): number | null => {
+  const a = variant.cpuMicrosPerRequest;
+  const b = baseline.cpuMicrosPerRequest;
+  return a.postgres === null || b.postgres === null ? null : (a.app + a.postgres) / (b.app + b.postgres);
+};
 const atLeast = (r: number, min: number): TargetRow['result'] => (r >= min ? 'PASS' : 'MISS');
 const atMost = (r: number, max: number): TargetRow['result'] => (r <= max ? 'PASS' : 'MISS');
 
@@ -109,6 +115,21 @@ export function targetRows(
       target: '>= 2.0x',
       result: atLeast(replayVsBare, 2),
     });
+    // Issue 28's replay targets, judged on server CPU per request (app + PostgreSQL), which holds still where throughput does not.
+    for (const [variant, baseline, label, max] of [
+      ['replay', 'bare', 'replay from the database / bare handler', 0.5],
+      ['replayFromMemory', 'nodb', 'replay from memory / the route with no database work', 1.25],
+    ] as const) {
+      const serverCpu = serverCpuRatio(v[variant], v[baseline]);
+      add({
+        scenario: '2',
+        measure: `${label}: server CPU per request`,
+        value: serverCpu === null ? '?' : x(serverCpu),
+        detail: `${cpu(v[variant])} vs ${cpu(v[baseline])}; ${rps(v[variant].rps)} vs ${rps(v[baseline].rps)}`,
+        target: `<= ${max.toFixed(2)}x`,
+        result: serverCpu === null ? 'info' : atMost(serverCpu, max),
+      });
+    }
     for (const [other, label] of [
       ['module', 'new key'],
       ['nodb', 'route with no database work'],

@@ -95,6 +95,15 @@ export interface OutboxRelayOptions {
 /** Options that a route can override with `@Idempotent({...})`. */
 export interface IdempotencyRouteOptions {
   /** Whether a request without a key is refused (400). With `false` it runs without idempotency. Default `true`. */
+  /**
+   * Answer a retry of a key this instance completed from memory, without a
+   * round trip: a completed answer never changes until it expires. Checked
+   * with the tenant and the fingerprint as the database would (422 for
+   * another request); bounded by the module's `completedAnswers`. A key
+   * deleted or edited by hand in the database is still answered from memory
+   * here until its entry ends. Default `false`.
+   */
+  replayFromMemory?: boolean;
   required?: boolean;
   /** How long a key is remembered after its claim and again after its response is stored. Default 24 h. */
   ttl?: Duration;
@@ -216,17 +225,13 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
    */
   reservedConnections?: number;
   /**
-   * Answer a retry of a key this instance completed from memory, without a
-   * round trip, for at most `window` after the completion and never past the
-   * record's expiry (less a margin of a second and 1% of the TTL): a
-   * completed answer never changes until it expires. Checked with the tenant
-   * and the fingerprint as the database would (422 for another request).
-   * Bounded in entries and bytes, oldest out first. `true` for the defaults
-   * (10,000 entries, 32 MiB, 60 s); `false` or absent: every replay asks the
-   * database. An operator who deletes a completed key by hand must expect
-   * this instance to keep answering it until the window ends.
+   * The bounds of the answers kept for replays from memory, on the routes
+   * whose `replayFromMemory` is on: an entry lives at most `window` after
+   * its completion and never past its record's expiry (less a second and 1%
+   * of the TTL); the oldest go first past `maxEntries` or `maxBytes`.
+   * Defaults: 10,000 entries, 32 MiB, 60 s.
    */
-  replayFromMemory?: boolean | { maxEntries?: number; maxBytes?: number; window?: Duration };
+  completedAnswers?: { maxEntries?: number; maxBytes?: number; window?: Duration };
   /** The scheduled sweeper (needs `ScheduleModule.forRoot()`), or `false` to disable it. Default: enabled, every 60 s. */
   sweep?: SweepSchedule | false;
   /** The transactional outbox. */
@@ -237,6 +242,7 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
 
 export interface ResolvedRouteOptions {
   required: boolean;
+  replayFromMemory: boolean;
   waitMs: number;
   heartbeat: boolean;
   claimMode: ClaimMode;
@@ -264,8 +270,8 @@ export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
   preparedStatements: boolean;
   reservedConnections: number;
   telemetry: boolean;
-  /** Undefined: off. */
-  replayFromMemory?: { maxEntries: number; maxBytes: number; windowMs: number };
+  /** The bounds of the answers kept for replays from memory (used by the routes whose `replayFromMemory` is on). */
+  completedAnswers: { maxEntries: number; maxBytes: number; windowMs: number };
   /** How a sweep runs, scheduled (`scheduled`) or called through `IdempotencyService.sweep()`. */
   sweep: { scheduled: boolean; intervalMs: number; batchSize: number; maxDurationMs: number; dutyCycle: number };
   outbox: ResolvedOutboxOptions;

@@ -139,6 +139,7 @@ export class IdempotencyService {
       waitMs: route.waitMs,
       heartbeat: route.heartbeat,
       claimMode: route.claimMode,
+      replayFromMemory: route.replayFromMemory,
       label: input.label ?? 'execute',
       onFailure: (): FailureDecision => ({ action: route.onError === 'release' ? 'release' : 'keep' }),
     };

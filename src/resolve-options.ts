@@ -73,7 +73,7 @@ export function resolveIdempotencyOptions(options: IdempotencyModuleOptions | un
     preparedStatements: booleanOption(options.preparedStatements ?? false, 'preparedStatements'),
     telemetry: booleanOption(options.telemetry ?? true, 'telemetry'),
     reservedConnections: nonNegativeInteger(options.reservedConnections ?? DEFAULT_RESERVED_CONNECTIONS, 'reservedConnections'),
-    replayFromMemory: resolveReplayFromMemory(options.replayFromMemory),
+    completedAnswers: resolveCompletedAnswers(options.completedAnswers),
     sweep: resolveSweep(options.sweep),
     outbox: resolveOutbox(options.outbox),
     ledger: {
@@ -149,6 +149,10 @@ export function resolveRouteOptions(
   if (fingerprint !== undefined && typeof fingerprint !== 'function') {
     throw new IdempotencyConfigurationError(messages.config.fingerprint(where));
   }
+  const replayFromMemory = options.replayFromMemory ?? defaults?.replayFromMemory ?? false;
+  if (typeof replayFromMemory !== 'boolean') {
+    throw new IdempotencyConfigurationError(messages.config.boolean(`${where}: replayFromMemory`));
+  }
   const phases = options.phases ?? defaults?.phases ?? false;
   if (typeof phases !== 'boolean') throw new IdempotencyConfigurationError(messages.config.boolean(`${where}: phases`));
   const waitMs = options.wait === undefined ? (defaults?.waitMs ?? 0) : toMs(options.wait, `${where}: wait`, { zero: true });
@@ -184,6 +188,7 @@ export function resolveRouteOptions(
     onError,
     fingerprint,
     phases,
+    replayFromMemory,
     key,
     maxDeliveries,
     maxResponseBytes,
@@ -212,20 +217,18 @@ function resolveSweep(sweep: SweepSchedule | false | undefined): ResolvedIdempot
   };
 }
 
-function resolveReplayFromMemory(
-  option: IdempotencyModuleOptions['replayFromMemory'],
-): ResolvedIdempotencyOptions['replayFromMemory'] {
-  if (option === undefined || option === false) return undefined;
-  const limits = option === true ? {} : option;
-  if (typeof limits !== 'object' || limits === null) {
-    throw new IdempotencyConfigurationError(messages.config.boolean('replayFromMemory (or its limits)'));
-  }
+function resolveCompletedAnswers(
+  limits: IdempotencyModuleOptions['completedAnswers'] = {},
+): ResolvedIdempotencyOptions['completedAnswers'] {
   return {
-    maxEntries: positiveInteger(limits.maxEntries ?? 10_000, 'replayFromMemory.maxEntries'),
-    maxBytes: positiveInteger(limits.maxBytes ?? 32 * 1024 * 1024, 'replayFromMemory.maxBytes'),
-    windowMs: limits.window === undefined ? 60_000 : toMs(limits.window, 'replayFromMemory.window'),
+    maxEntries: positiveInteger(limits.maxEntries ?? DEFAULT_COMPLETED_ANSWERS.maxEntries, 'completedAnswers.maxEntries'),
+    maxBytes: positiveInteger(limits.maxBytes ?? DEFAULT_COMPLETED_ANSWERS.maxBytes, 'completedAnswers.maxBytes'),
+    windowMs: limits.window === undefined ? DEFAULT_COMPLETED_ANSWERS.windowMs : toMs(limits.window, 'completedAnswers.window'),
   };
 }
+
+/** What replays from memory keep by default: enough for a retry storm's keys, little memory, a minute. */
+const DEFAULT_COMPLETED_ANSWERS = { maxEntries: 10_000, maxBytes: 32 * 1024 * 1024, windowMs: 60_000 };
 
 function policy(value: unknown, name: string): FailurePolicy {
   if (!POLICIES.includes(value as FailurePolicy)) throw new IdempotencyConfigurationError(messages.config.policy(name, value));

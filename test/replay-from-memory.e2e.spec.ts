@@ -11,7 +11,7 @@ import { useApiSuite } from './support/suite.js';
  * database finds the key absent and runs the handler again (a second effect).
  */
 describe.each(ADAPTERS)('replays from memory over %s', (adapter) => {
-  const t = useApiSuite(adapter, 'memory_replay', { replayFromMemory: { maxEntries: 3, window: '3s' } });
+  const t = useApiSuite(adapter, 'memory_replay', { replayFromMemory: true, completedAnswers: { maxEntries: 3, window: '3s' } });
 
   const forgetInDatabase = (key: string) => t.db.query('DELETE FROM idempotency_keys WHERE key = $1', [key]);
 
@@ -110,8 +110,30 @@ describe.each(ADAPTERS)('replays from memory never outlive the record over %s', 
   });
 });
 
+describe.each(ADAPTERS)('a route that opts out of replayFromMemory over %s', (adapter) => {
+  const t = useApiSuite(adapter, 'memory_route_off', { replayFromMemory: true });
+
+  it('asks the database for every replay, while the module keeps other routes’ answers', async () => {
+    const label = t.fresh();
+    await post(t.api.url, '/items-forgotten', { label }, `k-${label}`);
+    await t.db.query('DELETE FROM idempotency_keys WHERE key = $1', [`k-${label}`]);
+    const again = await post(t.api.url, '/items-forgotten', { label }, `k-${label}`);
+    expect(again.headers['idempotent-replayed']).toBeUndefined();
+    expect(t.api.probe.count(label)).toBe(2);
+  });
+});
+
 describe.each(ADAPTERS)('without replayFromMemory over %s', (adapter) => {
   const t = useApiSuite(adapter, 'memory_off');
+
+  it('a route that opts in replays from memory', async () => {
+    const label = t.fresh();
+    await post(t.api.url, '/items-remembered', { label }, `k-${label}`);
+    await t.db.query('DELETE FROM idempotency_keys WHERE key = $1', [`k-${label}`]);
+    const again = await post(t.api.url, '/items-remembered', { label }, `k-${label}`);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(t.api.probe.count(label)).toBe(1);
+  });
 
   it('every replay asks the database (the default)', async () => {
     const label = t.fresh();

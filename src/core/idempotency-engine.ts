@@ -84,7 +84,8 @@ export class IdempotencyEngine<Tx> {
     const deadline = Date.now() + (work.waitMs ?? 0);
 
     // 1. A duplicate of an execution completed or running in this process is answered from it, without a round trip.
-    const remembered = this.answers?.get(work.tenant, work.key);
+    const answers = work.replayFromMemory ? this.answers : undefined;
+    const remembered = answers?.get(work.tenant, work.key);
     if (remembered) {
       if (remembered.fingerprint !== work.fingerprint) throw new FingerprintMismatchError();
       return { kind: 'replayed', response: remembered.response };
@@ -138,7 +139,7 @@ export class IdempotencyEngine<Tx> {
         return (outcome = await this.fail(work, { ...claimed, transaction: undefined }, new CommitRefusedError(error), trace));
       }
       if (!completed) throw new LeaseLostError();
-      this.answers?.remember(work.tenant, work.key, work.fingerprint, done.response, work.ttlMs, completedAt);
+      answers?.remember(work.tenant, work.key, work.fingerprint, done.response, work.ttlMs, completedAt);
       return (outcome = { kind: 'executed', ...done });
     } catch (error) {
       ending?.(error instanceof StoreUnavailableError && error.outcome === 'unknown' ? 'unknown' : 'rolled-back');
@@ -233,7 +234,8 @@ export class IdempotencyEngine<Tx> {
       );
       // In request-transaction mode a lost race only means another attempt's outcome stands; this client still gets its own.
       if (!stored && mode === 'separate') throw new LeaseLostError();
-      if (stored) this.answers?.remember(work.tenant, work.key, work.fingerprint, response, work.ttlMs, completedAt);
+      if (stored && work.replayFromMemory)
+        this.answers?.remember(work.tenant, work.key, work.fingerprint, response, work.ttlMs, completedAt);
       return { kind: 'failure-stored', response, error };
     }
     if (claimKept) await this.guard(() => transaction!.rollback(false), claimed);

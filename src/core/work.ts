@@ -46,6 +46,8 @@ export interface WorkScope {
   claimMode?: ClaimMode;
   /** Names the work in spans, metrics and events (e.g. the controller method); never the key. */
   label?: string;
+  /** Keep the answer once committed, and answer retries of it, from memory (the engine's `CompletedAnswers`). */
+  replayFromMemory?: boolean;
 }
 
 /** The claim an execution holds while its work runs. */

@@ -104,6 +104,7 @@ export async function runIdempotent<R>(
     heartbeat,
     claimMode,
     maxHoldMs,
+    replayFromMemory: route.options.replayFromMemory,
     label: route.name,
     onFailure: async (error) =>
       decideFailure(error, await transport.readFailure(error), execution.handlerStarted, route.options, (policy) =>
@@ -140,8 +141,7 @@ export class IdempotencyRuntime {
     @Optional() @Inject(IDEMPOTENCY_OBSERVER) observer?: EngineObserver,
     @Optional() @Inject(IDEMPOTENCY_TRANSACTION_MANAGER) private readonly appTransactions?: AppTransactionManager,
   ) {
-    const answers = options.replayFromMemory && new CompletedAnswers(options.replayFromMemory);
-    this.engine = new IdempotencyEngine(store, observer, answers || undefined);
+    this.engine = new IdempotencyEngine(store, observer, new CompletedAnswers(options.completedAnswers));
   }
 
   /** A fresh execution context: the plain manager until a transaction opens, the handler not started. */

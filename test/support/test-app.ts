@@ -93,6 +93,20 @@ function controllers(probe: Probe) {
       return { id, label: body.label, note: body };
     }
 
+    // The same handler with its answers kept for replays from memory, whatever the module says.
+    @Post('items-remembered')
+    @Idempotent({ replayFromMemory: true })
+    async createRemembered(@Body() body: { label: string; tenant?: string }) {
+      return this.create(body);
+    }
+
+    // ... and never kept.
+    @Post('items-forgotten')
+    @Idempotent({ replayFromMemory: false })
+    async createForgotten(@Body() body: { label: string; tenant?: string }) {
+      return this.create(body);
+    }
+
     @Post('slow')
     @Idempotent()
     async slow(@Body() body: { label: string }, @TxManager() manager: EntityManager) {
