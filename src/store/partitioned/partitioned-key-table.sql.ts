@@ -8,7 +8,7 @@ import {
   keyLock,
   keyStoreFunction,
 } from '../key-store.sql.js';
-import { KEY_TABLE_COLUMN_DEFINITIONS } from '../sql.js';
+import { KEY_TABLE_COLUMN_DEFINITIONS, responseBodyStorage } from '../sql.js';
 import { sqlMarker } from '../redacting-logger.js';
 
 /**
@@ -113,6 +113,7 @@ export function createPartitionedTableStatements(tableName: string, layout: Part
       ${KEY_TABLE_COLUMN_DEFINITIONS}
       PRIMARY KEY (tenant_id, key, created_at)
     ) PARTITION BY RANGE (created_at)`,
+    responseBodyStorage(t),
     // Serves the retirement check (is anything in this partition still live?) and the default partition's sweep.
     `CREATE INDEX IF NOT EXISTS ${quoteTableName(`${base}_retain_until_idx`)} ON ${t} (${retainUntil(t)})`,
     partitionedClaimFunction(tableName),
@@ -294,6 +295,7 @@ function makePartitionsFunction(tableName: string, layout: PartitionLayout): str
        v_from timestamptz;
        v_child text;
        v_made integer := 0;
+       v_body record;
      BEGIN
        IF p_lock_timeout_ms IS NOT NULL THEN
          PERFORM set_config('lock_timeout', greatest(1, ceil(p_lock_timeout_ms))::bigint || 'ms', true);
@@ -310,6 +312,7 @@ function makePartitionsFunction(tableName: string, layout: PartitionLayout): str
          BEGIN
            EXECUTE format('SELECT %s.run_maintenance(p_parent_table := $1, p_jobmon := false)', v_partman)
              USING v_schema || '.' || v_relname;
+           ${matchBodyStorageOfPartitions(t)}
            RETURN (SELECT count(*) FROM pg_inherits WHERE inhparent = ${literal(t)}::regclass) - v_before;
          EXCEPTION
            WHEN lock_not_available THEN
@@ -327,7 +330,7 @@ function makePartitionsFunction(tableName: string, layout: PartitionLayout): str
        WHILE v_from < now() + v_interval * v_premake LOOP
          v_child := left(v_relname, ${63 - 2 - suffixLength}) || '_p' || to_char(v_from AT TIME ZONE 'UTC', '${suffixFormat}');
          BEGIN
-           EXECUTE format('CREATE TABLE %I.%I (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', v_schema, v_child, ${literal(t)});
+           EXECUTE format('CREATE TABLE %I.%I (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMPRESSION)', v_schema, v_child, ${literal(t)});
            EXECUTE format('ALTER TABLE %s ATTACH PARTITION %I.%I FOR VALUES FROM (%L) TO (%L)',
                           ${literal(t)}, v_schema, v_child, v_from, v_from + v_interval);
            v_made := v_made + 1;
@@ -432,6 +435,36 @@ function partitionStatusFunction(tableName: string): string {
 }
 
 /**
+ * A plpgsql snippet (it needs `v_body record` declared) that gives every
+ * partition of `t` the parent's storage and compression of stored bodies
+ * (`responseBodyStorage`): pg_partman makes its partitions without them, and
+ * setting them on the parent does not reach existing partitions. A partition
+ * whose lock is not granted within the caller's `lock_timeout` keeps its
+ * settings until the next upkeep.
+ */
+function matchBodyStorageOfPartitions(t: string): string {
+  return `FOR v_body IN
+             SELECT i.inhrelid::regclass::text AS part, p.attstorage AS storage, p.attcompression AS compression
+               FROM pg_inherits i
+               JOIN pg_attribute a ON a.attrelid = i.inhrelid AND a.attname = 'response_body'
+               JOIN pg_attribute p ON p.attrelid = i.inhparent AND p.attname = 'response_body'
+              WHERE i.inhparent = ${literal(t)}::regclass
+                AND (a.attstorage, a.attcompression) IS DISTINCT FROM (p.attstorage, p.attcompression)
+           LOOP
+             BEGIN
+               EXECUTE format('ALTER TABLE %s ALTER COLUMN response_body SET STORAGE %s', v_body.part,
+                              CASE v_body.storage WHEN 'e' THEN 'EXTERNAL' WHEN 'm' THEN 'MAIN' WHEN 'p' THEN 'PLAIN'
+                                   ELSE 'EXTENDED' END);
+               IF v_body.compression = 'l' THEN
+                 EXECUTE format('ALTER TABLE %s ALTER COLUMN response_body SET COMPRESSION lz4', v_body.part);
+               END IF;
+             EXCEPTION WHEN lock_not_available THEN
+               NULL;
+             END;
+           END LOOP;`;
+}
+
+/**
  * Makes the first partitions and the default partition: through pg_partman's
  * `create_parent` (4.x API: native, `infinite_time_partitions` so its
  * maintenance premakes from now rather than scanning for the newest row, no
@@ -447,6 +480,7 @@ function registerPartitions(tableName: string, layout: PartitionLayout): string 
        v_partman text;
        v_registered boolean := false;
        v_want boolean := ${wantPartman};
+       v_body record;
      BEGIN
        SELECT n.nspname || '.' || c.relname INTO v_parent
          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = ${literal(t)}::regclass;
@@ -471,6 +505,7 @@ function registerPartitions(tableName: string, layout: PartitionLayout): string 
                  date_bin(${literal(layout.interval)}::interval, now(), TIMESTAMPTZ '2000-01-01 00:00:00+00')::text;
          EXECUTE format('UPDATE %s.part_config SET infinite_time_partitions = true, retention = NULL WHERE parent_table = $1',
                         v_partman) USING v_parent;
+         ${matchBodyStorageOfPartitions(t)}
        ELSIF NOT v_registered THEN
          EXECUTE format('CREATE TABLE IF NOT EXISTS %s PARTITION OF %s DEFAULT',
                         ${literal(quoteTableName(`${tableName}_default`))}, ${literal(t)});
