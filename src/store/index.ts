@@ -5,9 +5,12 @@
  */
 export {
   IdempotencyStore,
+  type BeginResult,
+  type ClaimMode,
   type ClaimRef,
   type ClaimRequest,
   type ClaimResult,
+  type OpenAttempt,
   type PhaseState,
   type StoredResponse,
   type SweepOptions,
