@@ -65,13 +65,6 @@ export class CompletedAnswers {
     }
   }
 
-  /** Forgets `(tenant, key)`: its record changed in a way only this process knows of (an operator's action). */
-  forget(tenant: string, key: string): void {
-    const id = entryId(tenant, key);
-    const entry = this.entries.get(id);
-    if (entry) this.drop(id, entry);
-  }
-
   private drop(id: string, entry: Entry): void {
     this.entries.delete(id);
     this.bytes -= entry.bytes;
