@@ -99,10 +99,6 @@ export class GraphQLTransport extends NestTransport {
     this.subscriber.complete();
   }
 
-  refuse(error: unknown): void {
-    this.fail(error, '');
-  }
-
   fail(error: unknown, key: string): void {
     const { options, logger } = this.runtime;
     const problem = problemForOutcome(error, options.unavailableRetryAfter, this.route.name, key, logger);

@@ -36,8 +36,9 @@ class FailedAfterHandlerError extends Error {
  * outcome is committed.
  */
 export class HttpTransport extends NestTransport {
-  private readonly request = this.context.switchToHttp().getRequest<HttpRequest>();
-  private readonly wire: ResponseCapture = captureResponse(this.context.switchToHttp().getResponse(), {
+  private readonly http = this.context.switchToHttp();
+  private readonly request = this.http.getRequest<HttpRequest>();
+  private readonly wire: ResponseCapture = captureResponse(this.http.getResponse(), {
     replayHeaders: this.runtime.options.replayHeaders,
     maxBytes: this.route.options.maxResponseBytes,
   });
@@ -91,7 +92,7 @@ export class HttpTransport extends NestTransport {
   answer(outcome: EngineOutcome<unknown>): void {
     if (outcome.kind === 'replayed') {
       // Set now, so the app's outer interceptors can tell a replay from the response they are handed.
-      serverResponse(this.context.switchToHttp().getResponse()).setHeader(REPLAYED_HEADER, 'true');
+      serverResponse(this.http.getResponse()).setHeader(REPLAYED_HEADER, 'true');
       this.wire.replace(outcome.response, [[REPLAYED_HEADER, 'true']]);
       // Nest still runs the app's outer interceptors and sends; the wire swaps in the stored bytes.
       this.out.emit(undefined);
@@ -101,10 +102,6 @@ export class HttpTransport extends NestTransport {
     } else {
       this.wire.release();
     }
-  }
-
-  refuse(error: unknown): void {
-    this.fail(error, '');
   }
 
   fail(error: unknown, key: string): void {

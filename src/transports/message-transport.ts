@@ -125,7 +125,7 @@ export class MessageTransport extends NestTransport {
     this.reply.emit(stored.value);
   }
 
-  async refuse(error: unknown, step: 'key' | 'tenant' | 'fingerprint'): Promise<void> {
+  override async refuse(error: unknown, step: 'key' | 'tenant' | 'fingerprint'): Promise<void> {
     const reason = messageRefusal(error, step, this.runtime.options.maxKeyLength);
     // A bug (a custom key or fingerprint function that threw): kept for a person to look at, never retried in a loop.
     if (reason === undefined) return this.unexpected(error);

@@ -50,10 +50,17 @@ export abstract class NestTransport<R = unknown> {
   abstract runWithoutKey(): void;
   /** Sends the outcome on: the handler's result, a replay, or a stored failure. */
   abstract answer(outcome: EngineOutcome<R>): void | Promise<void>;
-  /** Answers a request refused before anything was claimed, at `step`. */
-  abstract refuse(error: unknown, step: 'key' | 'tenant' | 'fingerprint'): void | Promise<void>;
   /** Answers an error of the engine (409, 422, 503, ...), or the app's own. */
   abstract fail(error: unknown, key: string): void | Promise<void>;
+
+  /**
+   * Answers a request refused before anything was claimed, at `step`: as any
+   * other error of the module (a problem), unless the transport answers
+   * refusals its own way (a message is dead-lettered).
+   */
+  refuse(error: unknown, _step: 'key' | 'tenant' | 'fingerprint'): void | Promise<void> {
+    return this.fail(error, '');
+  }
 
   /** Something the path did not expect (a bug): the error goes on to the app's filters, which log and answer it. */
   unexpected(error: unknown): void {
