@@ -41,6 +41,8 @@ const RULES = [
   "N4 this run's token (in idempotency keys, refund ids, customers) -> <run>; both sides' tokens have the same length, " +
     'so Content-Length is compared as is',
   'N5 header ETag: the hash after W/"<length>- -> <hash> (it is a hash of a body holding N2/N3 values); the length stays',
+  'N6 measured latencies, JSON members "responseTime" and "responseTimeMs" (GET /health) -> "<ms>"; in an answer ' +
+    "where N6 changed the body, Content-Length and the ETag's length are those of the normalised body",
   'Not normalised: status line, header names, their order and case, every other header value (Content-Length, ' +
     'Retry-After, Idempotent-Replayed, Location after N2), body bytes',
 ];
@@ -314,6 +316,7 @@ const STEPS = [
 // Normalisation (RULES) and comparison.
 
 const ID = /\b(ch|ord|re|py)_[0-9a-f]{20,}\b/g;
+const LATENCY = /("responseTime(?:Ms)?":)\d+(?:\.\d+)?/g;
 const ISO_TIME = /\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z\b/g;
 
 function normaliser(t) {
@@ -334,20 +337,31 @@ function normaliser(t) {
       .join('<run>')
       .replace(ID, (whole, prefix) => `${prefix}_#${ordinal(prefix, whole)}`)
       .replace(ISO_TIME, (whole) => `<time#${ordinal('time', whole)}>`);
-  return (response) => ({
-    statusLine: text(response.statusLine),
-    headers: response.headers.map((line) => {
-      const colon = line.indexOf(':');
-      const name = line.slice(0, colon);
-      const lower = name.toLowerCase();
-      if (lower === 'date') return `${name}: <date>`;
-      if (lower === 'etag')
-        return `${name}:${line.slice(colon + 1).replace(/^(\s*(?:W\/)?"(?:[0-9a-f]+-)?)[^"]*"/, '$1<hash>"')}`;
-      return text(line);
-    }),
+  return (response) => {
     // latin1 maps each byte to one char and back, so the bytes survive the string replacements.
-    body: Buffer.from(text(response.body.toString('latin1')), 'latin1'),
-  });
+    const body = text(response.body.toString('latin1'));
+    const timed = body.replace(LATENCY, '$1"<ms>"');
+    const length = timed === body ? undefined : Buffer.byteLength(timed, 'latin1');
+    return {
+      statusLine: text(response.statusLine),
+      headers: response.headers.map((line) => {
+        const colon = line.indexOf(':');
+        const name = line.slice(0, colon);
+        const lower = name.toLowerCase();
+        if (lower === 'date') return `${name}: <date>`;
+        if (lower === 'content-length' && length !== undefined) return `${name}: ${length} (N6)`;
+        if (lower === 'etag') {
+          const etag = line.slice(colon + 1).replace(/^(\s*(?:W\/)?")(?:([0-9a-f]+)-)?[^"]*"/, (_, open, size) => {
+            const shown = size === undefined ? '' : `${length === undefined ? size : `${length.toString(16)} (N6)`}-`;
+            return `${open}${shown}<hash>"`;
+          });
+          return `${name}:${etag}`;
+        }
+        return text(line);
+      }),
+      body: Buffer.from(timed, 'latin1'),
+    };
+  };
 }
 
 function lineDiff(a, b) {
