@@ -90,7 +90,8 @@ export async function runIdempotent<R>(
       throw problems.missingKey(runtime.options.header);
     }
     step = 'tenant';
-    tenant = await runtime.tenantOf(context, route.name);
+    const resolved = runtime.tenantOf(context, route.name);
+    tenant = typeof resolved === 'string' ? resolved : await resolved;
     step = 'fingerprint';
     fingerprint = route.options.fingerprint ? fingerprintValue(route.options.fingerprint(context)) : transport.fingerprint();
   } catch (error) {
@@ -204,17 +205,33 @@ export class IdempotencyRuntime {
    * there is no shared scope to fall back on, and a tenant the store could not
    * hold as it is (an empty string, a Buffer, a lone surrogate, a NUL) is no
    * tenant either. An `HttpException` from the resolver (a 401 for a missing
-   * principal) is the resolver's answer and goes out as it is.
+   * principal) is the resolver's answer and goes out as it is. A resolver that
+   * answers at once is answered at once (no promise per request).
    */
-  async tenantOf(context: ExecutionContext, routeName: string): Promise<string> {
+  tenantOf(context: ExecutionContext, routeName: string): string | Promise<string> {
     let tenant: unknown;
     try {
-      tenant = await this.options.tenant(context);
+      tenant = this.options.tenant(context);
     } catch (error) {
-      if (error instanceof HttpException) throw error;
-      this.logger.error(messages.log.tenantFailed(routeName), error instanceof Error ? error.stack : String(error));
-      throw problems.tenantUnresolved();
+      throw this.tenantFailed(error, routeName);
     }
+    if (isThenable(tenant))
+      return Promise.resolve(tenant).then(
+        (resolved: unknown) => this.checkedTenant(resolved, routeName),
+        (error: unknown) => {
+          throw this.tenantFailed(error, routeName);
+        },
+      );
+    return this.checkedTenant(tenant, routeName);
+  }
+
+  private tenantFailed(error: unknown, routeName: string): unknown {
+    if (error instanceof HttpException) return error;
+    this.logger.error(messages.log.tenantFailed(routeName), error instanceof Error ? error.stack : String(error));
+    return problems.tenantUnresolved();
+  }
+
+  private checkedTenant(tenant: unknown, routeName: string): string {
     if (tenant === undefined || tenant === null) {
       this.logger.error(messages.log.tenantUnresolved(routeName));
       throw problems.tenantUnresolved();
@@ -226,4 +243,8 @@ export class IdempotencyRuntime {
     }
     return tenant as string;
   }
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as { then?: unknown } | null)?.then === 'function';
 }
