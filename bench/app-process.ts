@@ -91,6 +91,11 @@ export class AppProcess {
     return expect(await this.request({ type: 'cpu' }), 'cpu').micros;
   }
 
+  /** Promises the app has created so far, when it counts them (`BENCH_COUNT_PROMISES=1`); else undefined. */
+  async promisesCreated(): Promise<number | undefined> {
+    return expect(await this.request({ type: 'cpu' }), 'cpu').promises;
+  }
+
   /** Starts the app's CPU profiler (see bench/profile.ts). */
   async profileStart(): Promise<void> {
     await this.request({ type: 'profile-start' });

@@ -41,6 +41,7 @@ import { HttpAdapterHost, NestFactory } from '@nestjs/core';
 import { ExpressAdapter, type NestExpressApplication } from '@nestjs/platform-express';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import { getDataSourceToken, InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { createHook } from 'node:async_hooks';
 import { createHash, randomUUID } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
 import { Session } from 'node:inspector';
@@ -527,6 +528,23 @@ class ChargesController {
   }
 }
 
+/**
+ * Promises the app has created, counted when `BENCH_COUNT_PROMISES=1` (bench:profile): a count per request that
+ * does not move with the machine's load, beside CPU figures that do. The hook costs CPU of its own on every
+ * promise, so CPU figures of such a run read high.
+ */
+const promisesCreated = process.env.BENCH_COUNT_PROMISES === '1' ? countPromises() : undefined;
+
+function countPromises(): () => number {
+  let created = 0;
+  createHook({
+    init(_id, type) {
+      if (type === 'PROMISE') created++;
+    },
+  }).enable();
+  return () => created;
+}
+
 function createBenchModule(counter: RoundTripCounter) {
   const schema = process.env.BENCH_SCHEMA ?? 'bench';
   @Module({
@@ -633,7 +651,7 @@ async function main(): Promise<void> {
         return reply({ type: 'pool-state', ...pool.now() });
       case 'cpu': {
         const { user, system } = process.cpuUsage();
-        return reply({ type: 'cpu', micros: user + system });
+        return reply({ type: 'cpu', micros: user + system, promises: promisesCreated?.() });
       }
       case 'profile-start':
         void profiler.start().then(() => reply({ type: 'ok' }));

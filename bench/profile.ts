@@ -13,7 +13,9 @@
  * Env: BENCH_ADAPTERS, BENCH_PROFILE_ROUTES (variant names of the bench,
  * default `bare,module,floor,replay`), BENCH_PROFILE_SECONDS (8),
  * BENCH_CONNECTIONS (16), BENCH_PROFILE_DIR (bench/results/profiles),
- * DATABASE_URL (else an embedded PostgreSQL), BENCH_SCHEMA.
+ * DATABASE_URL (else an embedded PostgreSQL), BENCH_SCHEMA, BENCH_COUNT_PROMISES=1
+ * (the promises the app creates per request, a count the machine's load does
+ * not move; the counting hook makes that run's CPU figures read high).
  */
 import { randomUUID } from 'node:crypto';
 import { mkdir, readFile } from 'node:fs/promises';
@@ -37,6 +39,8 @@ interface RouteProfile {
   rps: number;
   appMicrosPerRequest: number;
   postgresMicrosPerRequest: number | null;
+  /** Promises the app created per request, with BENCH_COUNT_PROMISES=1. */
+  promisesPerRequest?: number;
   /** Self time per request (µs) by place: `src/...` files, `pkg:<name>`, `node:<module>`, `(native) <name>`. */
   places: Map<string, number>;
 }
@@ -84,10 +88,12 @@ async function main(): Promise<void> {
             const file = join(dir, `${adapter}-${route}.cpuprofile`);
             await runLoad({ ...loadOf(route), seconds: 1 });
             const before = await cpuNow(app, cpu);
+            const promisesBefore = await app.promisesCreated();
             await app.profileStart();
             const run = await runLoad({ ...loadOf(route), seconds });
             await app.profileStop(file);
             const spent = await cpuSince(app, cpu, before);
+            const promisesAfter = await app.promisesCreated();
             const profile = JSON.parse(await readFile(file, 'utf8')) as CpuProfile;
             results.push({
               route,
@@ -95,6 +101,10 @@ async function main(): Promise<void> {
               rps: run.rps,
               appMicrosPerRequest: spent.app / run.requests,
               postgresMicrosPerRequest: spent.postgres === null ? null : spent.postgres / run.requests,
+              promisesPerRequest:
+                promisesBefore === undefined || promisesAfter === undefined
+                  ? undefined
+                  : (promisesAfter - promisesBefore) / run.requests,
               places: selfTimeByPlace(profile, run.requests),
             });
             console.log(`${adapter} ${route}: ${run.rps} req/s, statuses ${JSON.stringify(run.statuses)}, profile ${file}`);
@@ -136,10 +146,14 @@ function placeOf({ url, functionName }: { url: string; functionName: string }): 
 function report(adapter: string, results: RouteProfile[]): void {
   const fmt = (n: number) => n.toFixed(0).padStart(7);
   console.log(`\n## ${adapter}: CPU per request (µs)\n`);
-  console.log('| route | req/s | app | PostgreSQL |\n| --- | --- | --- | --- |');
+  const counted = results.some((r) => r.promisesPerRequest !== undefined);
+  console.log(
+    `| route | req/s | app | PostgreSQL |${counted ? ' promises |' : ''}\n| --- | --- | --- | --- |${counted ? ' --- |' : ''}`,
+  );
   for (const r of results) {
+    const promises = counted ? ` ${r.promisesPerRequest?.toFixed(1) ?? '-'} |` : '';
     console.log(
-      `| ${r.route} | ${r.rps} | ${fmt(r.appMicrosPerRequest)} | ${r.postgresMicrosPerRequest === null ? '-' : fmt(r.postgresMicrosPerRequest)} |`,
+      `| ${r.route} | ${r.rps} | ${fmt(r.appMicrosPerRequest)} | ${r.postgresMicrosPerRequest === null ? '-' : fmt(r.postgresMicrosPerRequest)} |${promises}`,
     );
   }
   const [base, ...others] = results;

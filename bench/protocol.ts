@@ -24,7 +24,8 @@ export type AppReply =
   | { id: number; type: 'ok' }
   | { id: number; type: 'pool-peak'; peak: PoolPeak }
   | { id: number; type: 'queries'; queries: string[] }
-  | { id: number; type: 'cpu'; micros: number }
+  /** `promises`: promises the app has created so far, when it counts them (`BENCH_COUNT_PROMISES=1`). */
+  | { id: number; type: 'cpu'; micros: number; promises?: number }
   | { id: number; type: 'pool-state'; inUse: number; waiting: number };
 
 export type AppEvent = { type: 'ready'; port: number; poolMax: number } | { type: 'failed'; error: string };
