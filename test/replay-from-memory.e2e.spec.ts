@@ -1,7 +1,9 @@
-import { describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import type pg from 'pg';
 import { ProblemType } from '../src/index.js';
+import { createTables, freshSchema, sqlClient } from './support/database.js';
 import { post, sleep } from './support/http.js';
-import { ADAPTERS } from './support/test-app.js';
+import { ADAPTERS, startTestApp, type TestApp } from './support/test-app.js';
 import { useApiSuite } from './support/suite.js';
 
 /*
@@ -142,5 +144,84 @@ describe.each(ADAPTERS)('without replayFromMemory over %s', (adapter) => {
     const again = await post(t.api.url, '/items', { label }, `k-${label}`);
     expect(again.headers['idempotent-replayed']).toBeUndefined();
     expect(t.api.probe.count(label)).toBe(2);
+  });
+});
+
+/*
+ * Two instances on one table, both with replayFromMemory: each remembers only
+ * what it completed itself, so the other asks the database, and duplicates
+ * spread over both still make one effect.
+ */
+describe.each(ADAPTERS)('replays from memory on two instances over %s', (adapter) => {
+  let a: TestApp;
+  let b: TestApp;
+  let db: pg.Client;
+  let n = 0;
+  const fresh = () => `${adapter}-two-${Date.now()}-${++n}`;
+  const effects = async (label: string) =>
+    Number((await db.query('SELECT count(*) FROM effects WHERE label = $1', [label])).rows[0].count);
+
+  beforeAll(async () => {
+    const schema = await freshSchema(`memory_two_${adapter}`);
+    await createTables(schema);
+    a = await startTestApp(adapter, schema, { replayFromMemory: true });
+    b = await startTestApp(adapter, schema, { replayFromMemory: true });
+    db = await sqlClient(schema);
+  });
+  afterAll(async () => {
+    await a?.close();
+    await b?.close();
+    await db?.end();
+  });
+
+  it('the other instance replays from the database, the completing one from memory', async () => {
+    const label = fresh();
+    const first = await post(a.url, '/items', { label }, `k-${label}`);
+    expect(first.status).toBe(201);
+    const fromDatabase = await post(b.url, '/items', { label }, `k-${label}`);
+    expect(fromDatabase.headers['idempotent-replayed']).toBe('true');
+    expect(Buffer.compare(fromDatabase.body, first.body)).toBe(0);
+    // Deleted by hand: the completing instance still answers from memory; the other asks the database, which has
+    // forgotten the key, so it runs the handler (a replay from the database is not remembered).
+    await db.query('DELETE FROM idempotency_keys WHERE key = $1', [`k-${label}`]);
+    const fromMemory = await post(a.url, '/items', { label }, `k-${label}`);
+    expect(fromMemory.headers['idempotent-replayed']).toBe('true');
+    expect(Buffer.compare(fromMemory.body, first.body)).toBe(0);
+    const rerun = await post(b.url, '/items', { label }, `k-${label}`);
+    expect(rerun.status).toBe(201);
+    expect(rerun.headers['idempotent-replayed']).toBeUndefined();
+    expect(a.probe.count(label)).toBe(1);
+    expect(b.probe.count(label)).toBe(1);
+    expect(await effects(label)).toBe(2);
+  });
+
+  it('a mismatch is 422 on either instance', async () => {
+    const label = fresh();
+    await post(a.url, '/items', { label }, `k-${label}`);
+    for (const app of [a, b]) {
+      const other = await post(app.url, '/items', { label, extra: true }, `k-${label}`);
+      expect(other.status).toBe(422);
+      expect(other.json()).toMatchObject({ type: ProblemType.mismatch });
+    }
+  });
+
+  it('concurrent duplicates on both instances make one effect, and every success is the same bytes', async () => {
+    for (let round = 0; round < 3; round++) {
+      const label = fresh();
+      const answers = await Promise.all(
+        Array.from({ length: 16 }, (_, i) => post((i % 2 ? b : a).url, '/items', { label }, `k-${label}`)),
+      );
+      const successes = answers.filter((r) => r.status === 201);
+      expect(successes.length).toBeGreaterThan(0);
+      for (const r of answers) expect([201, 409]).toContain(r.status);
+      for (const r of successes) expect(Buffer.compare(r.body, successes[0].body)).toBe(0);
+      expect(await effects(label)).toBe(1);
+      // Afterwards both answer it the same, from memory or the database.
+      for (const app of [a, b]) {
+        const later = await post(app.url, '/items', { label }, `k-${label}`);
+        expect(later.headers['idempotent-replayed']).toBe('true');
+        expect(Buffer.compare(later.body, successes[0].body)).toBe(0);
+      }
+    }
   });
 });
