@@ -105,9 +105,10 @@ export async function fillKeys(client: pg.Client, count: number, kind: 'live' | 
       : `now() - interval '1 minute' - (g % 3600000) * interval '1 millisecond'`;
   await client.query(
     `INSERT INTO ${KEY_TABLE} (tenant_id, key, fingerprint, status, owner_token, attempt, lease_expires_at, expires_at,
-                               created_at, completed_at, response_status, response_headers, response_body)
+                               expiry_floor, created_at, completed_at, response_status, response_headers, response_body)
      SELECT 'tenant-' || (g % ${FILL_TENANTS}), gen_random_uuid()::text, encode(sha256(int8send(g)), 'hex'), 'completed',
-            gen_random_uuid(), 1, now() - interval '2 hours', ${expiresAt}, now() - interval '2 hours', now() - interval '2 hours',
+            gen_random_uuid(), 1, now() - interval '2 hours', ${expiresAt}, ${expiresAt}, now() - interval '2 hours',
+            now() - interval '2 hours',
             201, '[["content-type", "application/json; charset=utf-8"]]'::jsonb,
             convert_to('{"id":"ch_' || g || '","object":"charge","amount":1000,"currency":"usd","customer":"cus_fill","status":"succeeded"}', 'UTF8')
        FROM generate_series(1, $1::int) AS g`,

@@ -43,8 +43,9 @@ describe('retention by partitions', () => {
       leased: ['in_flight', "now() + interval '1 hour'", "now() - interval '1 second'"],
     }[state];
     return db.query(
-      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, created_at)
-       SELECT 'tenant-a', $1 || g, 'fp', '${status}', gen_random_uuid(), ${lease}, ${expires}, now() - interval '1 day'
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, expiry_floor,
+                                    created_at)
+       SELECT 'tenant-a', $1 || g, 'fp', '${status}', gen_random_uuid(), ${lease}, ${expires}, ${expires}, now() - interval '1 day'
          FROM generate_series(1, $2::int) g`,
       [prefix, rows],
     );
@@ -98,7 +99,10 @@ describe('retention by partitions', () => {
     expect(await count('idempotency_keys_earlier')).toBe(201);
     // The live key still replays from the older partition.
     expect((await other.claim(claimRequest('live-1'))).state).toBe('completed');
-    await db.query(`UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE key = 'live-1'`);
+    // Its TTL runs out (both ends: expires_at, and the floor the retention index reads).
+    await db.query(
+      `UPDATE idempotency_keys SET expires_at = now() - interval '1 second', expiry_floor = now() - interval '1 second' WHERE key = 'live-1'`,
+    );
     expect(await store.sweep(SWEEP)).toMatchObject({ partitions: { retired: 1 } });
     expect(await exists('idempotency_keys_earlier')).toBe(false);
   });

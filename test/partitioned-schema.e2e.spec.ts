@@ -70,8 +70,8 @@ describe.each(LAYOUTS)('the %s key table stores bodies', (layout, statements) =>
     const body = Buffer.from(JSON.stringify(Array.from({ length: 20_000 }, (_, i) => ({ sku: `sku-${i}`, quantity: 1 }))));
     const [stored] = await sql(
       schema,
-      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, response_body)
-       VALUES ('t', 'k', 'f', 'completed', gen_random_uuid(), now(), now() + interval '1 day', decode('${body.toString('hex')}', 'hex'))`,
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, expiry_floor, response_body)
+       VALUES ('t', 'k', 'f', 'completed', gen_random_uuid(), now(), now() + interval '1 day', now() + interval '1 day', decode('${body.toString('hex')}', 'hex'))`,
       `SELECT pg_column_size(response_body) AS size, length(response_body) AS length FROM idempotency_keys WHERE key = 'k'`,
     );
     expect(stored.length).toBe(body.length);

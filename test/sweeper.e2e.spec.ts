@@ -31,8 +31,10 @@ async function seed(
     'expired-in-flight-lapsed-lease': ['in_flight', "now() - interval '1 second'", "now() - interval '1 second'"],
   }[state];
   await db.query(
-    `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, response_status, response_body, created_at)
-     SELECT 'tenant', $1 || g, 'fp', '${status}', gen_random_uuid(), ${lease}, ${expires}, 201, '\\x7b7d'::bytea, ${seededAt()}
+    `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, expiry_floor, response_status,
+                                   response_body, created_at)
+     SELECT 'tenant', $1 || g, 'fp', '${status}', gen_random_uuid(), ${lease}, ${expires}, ${expires}, 201, '\\x7b7d'::bytea,
+            ${seededAt()}
        FROM generate_series(1, $2::int) AS g`,
     [prefix, count],
   );
@@ -125,10 +127,12 @@ describe('sweeping expired keys', () => {
     // several sharing each expiry instant, so batches end in the middle of one.
     await seed(db, 'held-', 300, 'expired-in-flight-valid-lease');
     await db.query(
-      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, response_status, created_at)
-       SELECT 'tenant', 'old-' || g, 'fp', 'completed', gen_random_uuid(), now() - interval '1 hour',
-              date_trunc('second', now()) - interval '10 minutes' + (g / 7) * interval '1 millisecond', 201, ${seededAt()}
-         FROM generate_series(1, 4000) AS g`,
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, expiry_floor, response_status,
+                                     created_at)
+       SELECT 'tenant', 'old-' || g, 'fp', 'completed', gen_random_uuid(), now() - interval '1 hour', expiry, expiry, 201,
+              ${seededAt()}
+         FROM generate_series(1, 4000) AS g,
+              LATERAL (SELECT date_trunc('second', now()) - interval '10 minutes' + (g / 7) * interval '1 millisecond') AS e (expiry)`,
     );
     await seed(db, 'live-', 50, 'fresh-completed');
     const result = await stores[0].sweep({ batchSize: 250, maxDurationMs: 60_000 });
