@@ -130,6 +130,10 @@ export class IdempotencySchemaCheck implements OnModuleInit {
       problems.push(...(await this.checkLayout(keys, this.store.partitioned)));
       if (problems.length === 0) problems.push(...(await retentionIndexProblems(this.dataSource, keys, this.store.partitioned)));
       if (problems.length === 0) problems.push(...(await this.checkFunctions(keys, this.store.partitioned)));
+      if (problems.length === 0 && this.dataSource.options.synchronize && !this.store.partitioned) {
+        // The entity cannot say it: the room on each page that lets the completion be a HOT update. A no-op once set.
+        await this.dataSource.query(keyTableFillfactor(quoteTableName(keys.name)));
+      }
     }
     if (problems.length > 0) throw new IdempotencyConfigurationError(problems.join('\n'));
   }
@@ -158,8 +162,6 @@ export class IdempotencySchemaCheck implements OnModuleInit {
     }
     await this.dataSource.transaction(async (tx) => {
       await tx.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`nest-idempotency:migrate:${table.name}`]);
-      // The entity cannot say it: the room on each page that lets the completion be a HOT update.
-      await tx.query(keyTableFillfactor(quoteTableName(table.name)));
       for (const statement of keyStoreFunctions(table.name)) await tx.query(statement);
     });
     return [];
