@@ -102,18 +102,21 @@ export const PARTITION_INTERVAL_PATTERN = /^[1-9][0-9]{0,3} (minute|hour|day|wee
 const literal = (value: string) => `'${value.replace(/'/g, "''")}'`;
 
 /**
- * Whether partition `%1$s` holds a live row, as a literal for `format()`. One
- * probe of its retention index while any row's bound lies ahead; once none
- * does, the completed rows whose bound passed within the slack are read to
- * see whether one still is (at most a slack's worth of rows, in the minute or
- * so before the partition goes).
+ * Whether `partition` (a partition of the key table, as SQL) holds a live
+ * row. One probe of its retention index while any row's bound lies ahead;
+ * once none does, the completed rows whose bound passed within the slack are
+ * read to see whether one still is (at most a slack's worth of rows, in the
+ * minute or so before the partition goes).
  */
-const LIVE_ROW_CHECK = literal(
-  `SELECT EXISTS (SELECT 1 FROM ONLY %1$s k WHERE ${retentionBound('k')} > now())
-       OR EXISTS (SELECT 1 FROM ONLY %1$s k
+export function liveRowQuery(partition: string): string {
+  return `SELECT EXISTS (SELECT 1 FROM ONLY ${partition} k WHERE ${retentionBound('k')} > now())
+       OR EXISTS (SELECT 1 FROM ONLY ${partition} k
                    WHERE ${retentionBound('k')} > now() - ${EXPIRY_FLOOR_SLACK} AND ${retentionBound('k')} <= now()
-                     AND ${retainUntil('k')} > now())`,
-);
+                     AND ${retainUntil('k')} > now())`;
+}
+
+/** `liveRowQuery` of partition `%1$s`, as a literal for `format()`. */
+const LIVE_ROW_CHECK = literal(liveRowQuery('%1$s'));
 
 type PartitionedFunction = 'make_partitions' | 'retire_partition' | 'partition_status';
 
