@@ -282,6 +282,39 @@ export class ActivitySampler {
   }
 }
 
+/** Updates of the key table over one measurement, and how many of them were HOT (heap-only: no index entry written). */
+export interface KeyTableUpdates {
+  updates: number;
+  hot: number;
+}
+
+/**
+ * Counts the key table's updates (its partitions' too) from
+ * `pg_stat_user_tables`: a new key's completion is one, and it is cheap when
+ * it is HOT. Backends report these counters when idle, at most once a second,
+ * so each snapshot waits that long first, as the WAL counter does.
+ */
+export class KeyTableUpdateCounter {
+  private static readonly STATS_FLUSH_MS = 1_100;
+
+  constructor(private readonly client: pg.Client) {}
+
+  async snapshot(): Promise<KeyTableUpdates> {
+    await sleep(KeyTableUpdateCounter.STATS_FLUSH_MS);
+    const { rows } = await this.client.query<{ updates: string; hot: string }>(
+      `SELECT coalesce(sum(n_tup_upd), 0) AS updates, coalesce(sum(n_tup_hot_upd), 0) AS hot FROM pg_stat_user_tables
+        WHERE relid = $1::regclass OR relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = $1::regclass)`,
+      [KEY_TABLE],
+    );
+    return { updates: Number(rows[0].updates), hot: Number(rows[0].hot) };
+  }
+
+  async since(before: KeyTableUpdates): Promise<KeyTableUpdates> {
+    const after = await this.snapshot();
+    return { updates: after.updates - before.updates, hot: after.hot - before.hot };
+  }
+}
+
 /** WAL one measurement wrote (bytes) and flushed to disk (null where the server does not count flushes). */
 export interface WalSpent {
   bytes: number;
