@@ -291,8 +291,11 @@ export interface KeyTableUpdates {
 /**
  * Counts the key table's updates (its partitions' too) from
  * `pg_stat_user_tables`: a new key's completion is one, and it is cheap when
- * it is HOT. Backends report these counters when idle, at most once a second,
- * so each snapshot waits that long first, as the WAL counter does.
+ * it is HOT. A busy backend reports these counters at most once a second, so
+ * each snapshot waits that long first, as the WAL counter does; one that went
+ * idle within a second of its last report waits ten before the next, so a
+ * snapshot may miss its last updates (the HOT share of those counted is the
+ * measure, not their number).
  */
 export class KeyTableUpdateCounter {
   private static readonly STATS_FLUSH_MS = 1_100;

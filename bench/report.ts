@@ -115,9 +115,11 @@ export function targetRows(
         measure: 'new key: HOT updates per completion of the key row (n_tup_hot_upd / n_tup_upd)',
         value: completions.hotShare === null ? '?' : `${(completions.hotShare * 100).toFixed(1)}%`,
         detail:
-          `${completions.hot.toLocaleString('en')} HOT of ${completions.updates.toLocaleString('en')} updates over ` +
+          `${completions.hot.toLocaleString('en')} HOT of the ${completions.updates.toLocaleString('en')} updates counted over ` +
           `${v.module.requests.toLocaleString('en')} new keys` +
-          (inTransaction ? `; request-transaction: ${inTransaction.perRequest} updates per new key` : ''),
+          (inTransaction
+            ? `; request-transaction mode: ${inTransaction.updates} updates counted (it inserts the completed row)`
+            : ''),
         target: '-',
         result: 'info',
       });
