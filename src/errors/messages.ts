@@ -107,8 +107,9 @@ export const messages = {
       `IdempotencyModule: the claim function${stale.length > 1 ? 's' : ''} ${stale.join(', ')} of the key table ` +
       `"${table.name}" ${stale.length > 1 ? 'were' : 'was'} created by an older version of the module, without the key's ` +
       `lock that keeps the two claim modes apart, the handling of REPEATABLE READ and SERIALIZABLE, or the expiry floor ` +
-      `the sweeper reads, which this version relies on. ${table.migration} replaces ${stale.length > 1 ? 'them' : 'it'} in place: run its statements again (they are ` +
-      'idempotent), or, without migrations, use `synchronize: true`, with which the module replaces them at start-up.',
+      `the sweeper reads, which this version relies on. ${table.migration} replaces ${stale.length > 1 ? 'them' : 'it'} ` +
+      'in place: run its statements again (they are idempotent), or, without migrations, use `synchronize: true`, with ' +
+      'which the module replaces them at start-up.',
     partitionLayout: (name: string, expected: string, value: unknown) =>
       `createPartitionedIdempotencyKeysMigration(): \`${name}\` must be ${expected}, got ${JSON.stringify(value) ?? String(value)}.`,
     layoutMismatch: (table: TableFix, partitioned: boolean) =>

@@ -189,7 +189,7 @@ export const CLAIM_FUNCTION_SIGNATURE = `(
 /**
  * Marks the claim functions of this version (a comment in their source): the
  * start-up check refuses functions an older version created, which lack the
- * key's lock and the isolation handling the store now relies on.
+ * key's lock, the isolation handling or the expiry floor the store now relies on.
  */
 export const KEY_FUNCTIONS_VERSION = 'nest-idempotency-pg key functions 3';
 
@@ -216,7 +216,7 @@ export const KEY_FUNCTIONS_VERSION = 'nest-idempotency-pg key functions 3';
  *
  * A handler that runs longer than this completes with an ordinary update; a
  * longer slack would make the retirement check walk more rows (see
- * `LIVE_ROW_CHECK`).
+ * `liveRowQuery`).
  */
 export const EXPIRY_FLOOR_SLACK = "interval '1 minute'";
 

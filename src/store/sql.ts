@@ -73,7 +73,7 @@ export const KEY_TABLE_COLUMN_DEFINITIONS = `tenant_id text NOT NULL,
  * completion is a HOT update (no new index entries, nothing for the next
  * vacuum to clean in the indexes). Measured with 300 B to 6 KB bodies at 16
  * and 32 concurrent keys: 92-100% of the completions HOT at 90, 77-94% at
- * 100 (the default); docs/design.md has the figures.
+ * PostgreSQL's default of 100; docs/design.md has the figures.
  */
 export const KEY_TABLE_FILLFACTOR = 90;
 
