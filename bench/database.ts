@@ -105,9 +105,10 @@ export async function fillKeys(client: pg.Client, count: number, kind: 'live' | 
       : `now() - interval '1 minute' - (g % 3600000) * interval '1 millisecond'`;
   await client.query(
     `INSERT INTO ${KEY_TABLE} (tenant_id, key, fingerprint, status, owner_token, attempt, lease_expires_at, expires_at,
-                               created_at, completed_at, response_status, response_headers, response_body)
+                               expiry_floor, created_at, completed_at, response_status, response_headers, response_body)
      SELECT 'tenant-' || (g % ${FILL_TENANTS}), gen_random_uuid()::text, encode(sha256(int8send(g)), 'hex'), 'completed',
-            gen_random_uuid(), 1, now() - interval '2 hours', ${expiresAt}, now() - interval '2 hours', now() - interval '2 hours',
+            gen_random_uuid(), 1, now() - interval '2 hours', ${expiresAt}, ${expiresAt}, now() - interval '2 hours',
+            now() - interval '2 hours',
             201, '[["content-type", "application/json; charset=utf-8"]]'::jsonb,
             convert_to('{"id":"ch_' || g || '","object":"charge","amount":1000,"currency":"usd","customer":"cus_fill","status":"succeeded"}', 'UTF8')
        FROM generate_series(1, $1::int) AS g`,
@@ -278,6 +279,42 @@ export class ActivitySampler {
       }
       await new Promise((resolve) => setTimeout(resolve, 5));
     }
+  }
+}
+
+/** Updates of the key table over one measurement, and how many of them were HOT (heap-only: no index entry written). */
+export interface KeyTableUpdates {
+  updates: number;
+  hot: number;
+}
+
+/**
+ * Counts the key table's updates (its partitions' too) from
+ * `pg_stat_user_tables`: a new key's completion is one, and it is cheap when
+ * it is HOT. A busy backend reports these counters at most once a second, so
+ * each snapshot waits that long first, as the WAL counter does; one that went
+ * idle within a second of its last report waits ten before the next, so a
+ * snapshot may miss its last updates (the HOT share of those counted is the
+ * measure, not their number).
+ */
+export class KeyTableUpdateCounter {
+  private static readonly STATS_FLUSH_MS = 1_100;
+
+  constructor(private readonly client: pg.Client) {}
+
+  async snapshot(): Promise<KeyTableUpdates> {
+    await sleep(KeyTableUpdateCounter.STATS_FLUSH_MS);
+    const { rows } = await this.client.query<{ updates: string; hot: string }>(
+      `SELECT coalesce(sum(n_tup_upd), 0) AS updates, coalesce(sum(n_tup_hot_upd), 0) AS hot FROM pg_stat_user_tables
+        WHERE relid = $1::regclass OR relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = $1::regclass)`,
+      [KEY_TABLE],
+    );
+    return { updates: Number(rows[0].updates), hot: Number(rows[0].hot) };
+  }
+
+  async since(before: KeyTableUpdates): Promise<KeyTableUpdates> {
+    const after = await this.snapshot();
+    return { updates: after.updates - before.updates, hot: after.hot - before.hot };
   }
 }
 

@@ -7,8 +7,10 @@ import {
   BackendCpu,
   BENCH_CUSTOMER,
   CHARGES_TABLE,
+  KeyTableUpdateCounter,
   truncateAll,
   vacuumAnalyze,
+  type KeyTableUpdates,
   type WalCounter,
   type WalSpent,
 } from './database.js';
@@ -153,6 +155,15 @@ export interface VariantResult {
    * another database's writes meanwhile count too.
    */
   walPerRequest?: { bytes: number; flushes: number | null };
+  /**
+   * The key table's updates over the measured load, where counted (the variants
+   * that write new keys), and the share that were HOT (null without updates, as
+   * in request-transaction mode, which inserts the completed row once). As the
+   * statistics had them when the load ended: a busy backend reports at most once
+   * a second, an idle one within ten, so the last second's updates may be missing
+   * from both counts (the share is the measure).
+   */
+  keyTableUpdates?: { updates: number; hot: number; hotShare: number | null };
 }
 
 export interface StormResult {
@@ -241,7 +252,15 @@ export async function runHttpScenarios(
     const bodies = { big: bigBody(config.bigBodyBytes) };
 
     const order = (Object.keys(VARIANTS) as VariantName[]).filter((name): name is MainVariantName => name !== 'floorAsyncClaim');
-    const variants = await measureVariants(app, order, config, { cpu, bigBody: bodies.big, replayKeys, memoryKeys }, log);
+    // A new key's completion updates its row: counted where the module writes new keys, to see it done as a HOT update.
+    const keyUpdates = { counter: new KeyTableUpdateCounter(db), variants: ['module', 'requestTransaction'] as const };
+    const variants = await measureVariants(
+      app,
+      order,
+      config,
+      { cpu, keyUpdates, bigBody: bodies.big, replayKeys, memoryKeys },
+      log,
+    );
 
     const conflict = await conflictLoad(app, config, adapter, log);
     const mismatch = await mismatchLoad(app, config, adapter, log);
@@ -288,7 +307,15 @@ export async function measureVariants<N extends VariantName>(
   app: AppProcess,
   order: readonly N[],
   config: BenchConfig,
-  options: { cpu: BackendCpu; wal?: WalCounter; bigBody?: string; replayKeys?: string[]; memoryKeys?: string[] },
+  options: {
+    cpu: BackendCpu;
+    wal?: WalCounter;
+    /** Counts the key table's updates over the loads of the variants it names. */
+    keyUpdates?: { counter: KeyTableUpdateCounter; variants: readonly VariantName[] };
+    bigBody?: string;
+    replayKeys?: string[];
+    memoryKeys?: string[];
+  },
   log: (line: string) => void,
 ): Promise<Record<N, VariantResult>> {
   const connectionsOf = (name: VariantName) =>
@@ -310,12 +337,15 @@ export async function measureVariants<N extends VariantName>(
       if (body === undefined) throw new Error(`Variant ${name} sends the big body, and none was given.`);
       const load = { url: app.url, path: variant.path, body, connections: connectionsOf(name), key };
       await runLoad({ ...load, seconds: round === 0 ? config.warmupSeconds : config.rewarmSeconds });
+      const updateCounter = options.keyUpdates?.variants.includes(name) ? options.keyUpdates.counter : undefined;
+      const updatesBefore = await updateCounter?.snapshot();
       const walBefore = await options.wal?.snapshot();
       const before = await cpuNow(app, options.cpu);
       const run = await runLoad({ ...load, seconds: config.measureSeconds });
       const spent = await cpuSince(app, options.cpu, before);
       const wal = walBefore && (await options.wal!.since(walBefore));
-      runs.set(name, [...(runs.get(name) ?? []), { run, cpu: spent, wal }]);
+      const updates = updatesBefore && (await updateCounter!.since(updatesBefore));
+      runs.set(name, [...(runs.get(name) ?? []), { run, cpu: spent, wal, updates }]);
       log(`  ${app.adapter} round ${round + 1}/${config.rounds} ${name.padEnd(20)} ${describe(run)}`);
     }
   }
@@ -451,6 +481,7 @@ interface Measured {
   run: LoadRun;
   cpu: CpuSpent;
   wal?: WalSpent;
+  updates?: KeyTableUpdates;
 }
 interface CpuSpent {
   app: number;
@@ -507,7 +538,14 @@ function mergeRounds(name: VariantName, rounds: Measured[], connections: number)
           },
         }
       : {}),
+    ...(rounds.every((r) => r.updates) ? { keyTableUpdates: keyTableUpdatesOf(rounds) } : {}),
   };
+}
+
+function keyTableUpdatesOf(rounds: Measured[]): VariantResult['keyTableUpdates'] {
+  const updates = rounds.reduce((n, r) => n + r.updates!.updates, 0);
+  const hot = rounds.reduce((n, r) => n + r.updates!.hot, 0);
+  return { updates, hot, hotShare: updates === 0 ? null : round(hot / updates, 3) };
 }
 
 /** 409s: duplicates of a key whose first request is still running (a slow handler holds it in flight). */

@@ -106,6 +106,24 @@ export function targetRows(
       target: '<= 2x',
       result: pgRatio === null ? 'info' : atMost(pgRatio, 2),
     });
+    // Issue 28, item 4: the completion of a new key rewrites its row; HOT, it writes no index entry.
+    const completions = v.module.keyTableUpdates;
+    if (completions) {
+      const inTransaction = v.requestTransaction.keyTableUpdates;
+      add({
+        scenario: '1',
+        measure: 'new key: HOT updates per completion of the key row (n_tup_hot_upd / n_tup_upd)',
+        value: completions.hotShare === null ? '?' : `${(completions.hotShare * 100).toFixed(1)}%`,
+        detail:
+          `${completions.hot.toLocaleString('en')} HOT of the ${completions.updates.toLocaleString('en')} updates counted over ` +
+          `${v.module.requests.toLocaleString('en')} new keys` +
+          (inTransaction
+            ? `; request-transaction mode: ${inTransaction.updates} updates counted (it inserts the completed row)`
+            : ''),
+        target: '-',
+        result: 'info',
+      });
+    }
     const replayVsBare = ratio(v.replay.rps, v.bare.rps);
     add({
       scenario: '2',

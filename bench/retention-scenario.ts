@@ -212,9 +212,9 @@ async function runOne(
 async function fill(db: pg.Client, count: number, from: string): Promise<void> {
   await db.query(
     `INSERT INTO ${KEY_TABLE} (tenant_id, key, fingerprint, status, owner_token, attempt, lease_expires_at, expires_at,
-                               created_at, completed_at, response_status, response_headers, response_body)
+                               expiry_floor, created_at, completed_at, response_status, response_headers, response_body)
      SELECT 'tenant-' || (g % ${FILL_TENANTS}), gen_random_uuid()::text, encode(sha256(int8send(g)), 'hex'), 'completed',
-            gen_random_uuid(), 1, at + interval '30 seconds', at + interval '24 hours', at, at,
+            gen_random_uuid(), 1, at + interval '30 seconds', at + interval '24 hours', at + interval '24 hours', at, at,
             201, '[["content-type", "application/json; charset=utf-8"]]'::jsonb,
             convert_to('{"id":"ch_' || g || '","object":"charge","amount":1000,"currency":"usd","customer":"cus_fill","status":"succeeded"}', 'UTF8')
        FROM (SELECT g, ${from} + (g::float8 / $1) * interval '24 hours' AS at FROM generate_series(0, $1::int - 1) AS g) AS days`,

@@ -581,6 +581,7 @@ describe('sample app startup and health', () => {
         'AddProviderAccounts1764720100000',
         'CreateEffectLedger1764806400000',
         'CreateRefunds1764806500000',
+        'UpgradeIdempotencyKeys1767225600000',
       ]);
       const tables = await db.query('SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1', [
         schema,

@@ -232,8 +232,9 @@ describe('IdempotencyBoardModule at start-up', () => {
       const db = await sqlClient(schema);
       try {
         await db.query(
-          `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at)
-           VALUES ('tenant-a', $1, 'fp', 'in_flight', gen_random_uuid(), now() - interval '1 second', now() + interval '1 day')`,
+          `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, expiry_floor)
+           VALUES ('tenant-a', $1, 'fp', 'in_flight', gen_random_uuid(), now() - interval '1 second', now() + interval '1 day',
+                   now() + interval '1 day')`,
           [key],
         );
       } finally {
@@ -372,9 +373,11 @@ describe.each(ADAPTERS)('IdempotencyBoardModule over %s', (adapter) => {
     expect((await work(url, `${label}-a`, 'key-completed-1', 'tenant-a')).headers['idempotent-replayed']).toBe('true');
     expect((await work(url, `${label}-b`, 'key-completed-2', 'tenant-b')).status).toBe(201);
     await db.query(
-      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at)
-       VALUES ('tenant-b', 'expired-1', 'fp', 'completed', gen_random_uuid(), now() - interval '2 days', now() - interval '1 hour'),
-              ('tenant-b', 'stale-1', 'fp', 'in_flight', gen_random_uuid(), now() - interval '1 minute', now() + interval '1 day')`,
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, expiry_floor)
+       VALUES ('tenant-b', 'expired-1', 'fp', 'completed', gen_random_uuid(), now() - interval '2 days', now() - interval '1 hour',
+               now() - interval '1 hour'),
+              ('tenant-b', 'stale-1', 'fp', 'in_flight', gen_random_uuid(), now() - interval '1 minute', now() + interval '1 day',
+               now() + interval '1 day')`,
     );
     const admin = await operatorSession(url, 'admin');
     const overview = (await admin.get('overview')).json();
@@ -535,9 +538,11 @@ describe.each(ADAPTERS)('IdempotencyBoardModule over %s', (adapter) => {
 
   it("never lets a scoped operator see or release another tenant's key", async () => {
     await db.query(
-      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at)
-       VALUES ('tenant-b', 'b-stuck', 'fp', 'in_flight', '11111111-1111-4111-8111-111111111111', now() - interval '1 minute', now() + interval '1 day'),
-              ('tenant-a', 'a-stuck', 'fp', 'in_flight', '22222222-2222-4222-8222-222222222222', now() - interval '1 minute', now() + interval '1 day')`,
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, expiry_floor)
+       VALUES ('tenant-b', 'b-stuck', 'fp', 'in_flight', '11111111-1111-4111-8111-111111111111', now() - interval '1 minute', now() + interval '1 day',
+               now() + interval '1 day'),
+              ('tenant-a', 'a-stuck', 'fp', 'in_flight', '22222222-2222-4222-8222-222222222222', now() - interval '1 minute', now() + interval '1 day',
+               now() + interval '1 day')`,
     );
     const operator = await operatorSession(url, 'tenant:tenant-a');
     const { keys } = (await operator.get('stuck')).json();
@@ -558,9 +563,11 @@ describe.each(ADAPTERS)('IdempotencyBoardModule over %s', (adapter) => {
 
   it('lists two stuck keys alike but for one character so that they read apart, never in full', async () => {
     await db.query(
-      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at)
-       VALUES ('tenant-a', 'err-1', 'fp', 'in_flight', gen_random_uuid(), now() - interval '1 minute', now() + interval '1 day'),
-              ('tenant-a', 'err-2', 'fp', 'in_flight', gen_random_uuid(), now() - interval '2 minutes', now() + interval '1 day')`,
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, expiry_floor)
+       VALUES ('tenant-a', 'err-1', 'fp', 'in_flight', gen_random_uuid(), now() - interval '1 minute', now() + interval '1 day',
+               now() + interval '1 day'),
+              ('tenant-a', 'err-2', 'fp', 'in_flight', gen_random_uuid(), now() - interval '2 minutes', now() + interval '1 day',
+               now() + interval '1 day')`,
     );
     const admin = await operatorSession(url, 'admin');
     const listed = (await admin.get('stuck')).json().keys.map((k: { key: string }) => k.key);
@@ -634,9 +641,9 @@ describe.each(ADAPTERS)('IdempotencyBoardModule over %s', (adapter) => {
     // An earlier use, two days old and past its TTL (on the partitioned table it stays in its old partition).
     await db.query(
       `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, attempt, lease_expires_at,
-                                     expires_at, created_at, completed_at, response_status)
+                                     expires_at, expiry_floor, created_at, completed_at, response_status)
        VALUES ('tenant-a', $1, 'earlier', 'completed', gen_random_uuid(), 3, now() - interval '2 days',
-               now() - interval '1 day', now() - interval '2 days', now() - interval '2 days', 500)`,
+               now() - interval '1 day', now() - interval '1 day', now() - interval '2 days', now() - interval '2 days', 500)`,
       [key],
     );
     expect((await work(url, `reuse-${Date.now()}`, key, 'tenant-a')).status).toBe(201);

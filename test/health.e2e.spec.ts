@@ -86,8 +86,8 @@ async function startHealthApp(
 async function seedKeys(db: pg.Client, prefix: string, count: number, kind: 'expired' | 'leased'): Promise<void> {
   const lease = kind === 'leased' ? "now() + interval '1 minute'" : "now() - interval '1 second'";
   await db.query(
-    `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at)
-     SELECT 'tenant', $1 || g, 'fp', 'in_flight', gen_random_uuid(), ${lease}, now() - interval '1 second'
+    `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, expiry_floor)
+     SELECT 'tenant', $1 || g, 'fp', 'in_flight', gen_random_uuid(), ${lease}, now() - interval '1 second', now() - interval '1 second'
        FROM generate_series(1, $2::int) AS g`,
     [prefix, count],
   );

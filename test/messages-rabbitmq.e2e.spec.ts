@@ -108,8 +108,9 @@ describeWithBroker('rabbitmq', 'idempotent message handlers on RabbitMQ', () => 
     const data = { label };
     // What three deliveries that each killed their consumer leave behind: the key in flight, attempted 3 times, its lease run out.
     await db.query(
-      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, generation, attempt, lease_expires_at, expires_at)
-       VALUES ('tenant-a', $1, $2, 'in_flight', gen_random_uuid(), gen_random_uuid(), 3, now() - interval '1 second', now() + interval '1 hour')`,
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, generation, attempt, lease_expires_at, expires_at, expiry_floor)
+       VALUES ('tenant-a', $1, $2, 'in_flight', gen_random_uuid(), gen_random_uuid(), 3, now() - interval '1 second', now() + interval '1 hour',
+               now() + interval '1 hour')`,
       [`msg-${label}`, fingerprintValue({ pattern: 'refund.requested', data })],
     );
     await publish(data, `msg-${label}`);

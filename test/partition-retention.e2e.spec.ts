@@ -10,6 +10,7 @@ import { IdempotencyModule, PostgresIdempotencyStore } from '../src/index.js';
 import { IdempotencyStore } from '../src/store/index.js';
 import { createTables, dataSourceOptions, freshSchema, openDataSource, sqlClient } from './support/database.js';
 import { claimRequest, useKeyTable } from './support/key-table.js';
+import { liveRowQuery } from '../src/store/partitioned/partitioned-key-table.sql.js';
 
 useKeyTable('partitioned');
 
@@ -35,16 +36,18 @@ describe('retention by partitions', () => {
     (await db.query('SELECT to_regclass($1) IS NOT NULL AS found', [relation])).rows[0].found as boolean;
   const count = async (relation: string) => Number((await db.query(`SELECT count(*) FROM ${relation}`)).rows[0].count);
   /** `count` rows claimed yesterday, in the state given, all in partition "earlier". */
-  const seed = (prefix: string, rows: number, state: 'expired' | 'live' | 'dead' | 'leased') => {
+  const seed = (prefix: string, rows: number, state: 'expired' | 'expired-long-ago' | 'live' | 'dead' | 'leased') => {
     const [status, lease, expires] = {
       expired: ['completed', "now() - interval '2 hours'", "now() - interval '1 second'"],
+      'expired-long-ago': ['completed', "now() - interval '3 hours'", "now() - interval '2 hours'"],
       live: ['completed', "now() - interval '2 hours'", "now() + interval '1 hour'"],
       dead: ['in_flight', "now() - interval '1 second'", "now() - interval '1 second'"],
       leased: ['in_flight', "now() + interval '1 hour'", "now() - interval '1 second'"],
     }[state];
     return db.query(
-      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, created_at)
-       SELECT 'tenant-a', $1 || g, 'fp', '${status}', gen_random_uuid(), ${lease}, ${expires}, now() - interval '1 day'
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, expiry_floor,
+                                    created_at)
+       SELECT 'tenant-a', $1 || g, 'fp', '${status}', gen_random_uuid(), ${lease}, ${expires}, ${expires}, now() - interval '1 day'
          FROM generate_series(1, $2::int) g`,
       [prefix, rows],
     );
@@ -98,7 +101,10 @@ describe('retention by partitions', () => {
     expect(await count('idempotency_keys_earlier')).toBe(201);
     // The live key still replays from the older partition.
     expect((await other.claim(claimRequest('live-1'))).state).toBe('completed');
-    await db.query(`UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE key = 'live-1'`);
+    // Its TTL runs out (both ends: expires_at, and the floor the retention index reads).
+    await db.query(
+      `UPDATE idempotency_keys SET expires_at = now() - interval '1 second', expiry_floor = now() - interval '1 second' WHERE key = 'live-1'`,
+    );
     expect(await store.sweep(SWEEP)).toMatchObject({ partitions: { retired: 1 } });
     expect(await exists('idempotency_keys_earlier')).toBe(false);
   });
@@ -159,6 +165,38 @@ describe('retention by partitions', () => {
     expect(await exists('idempotency_keys_earlier')).toBe(true);
     const replay = await other.claim(claimRequest(key));
     expect(replay.state === 'completed' && replay.response.body?.toString()).toBe('done');
+  });
+
+  it('a completion within the slack after its lapsed claim keeps its partition until its own expiry, read exactly', async () => {
+    const key = fresh();
+    const owner = claimRequest(key, { leaseMs: 1, ttlMs: 1 });
+    await store.claim(owner);
+    await toYesterday(key);
+    await seed('gone-', 20, 'expired');
+    await sleep(20);
+    // Its claim + TTL and its lease are past; its completion stores the response for 1.5 s more: not far enough
+    // past its floor to move it (a HOT update), so the retention index holds an expiry already past.
+    expect(await store.complete(owner, { status: 201, headers: [], body: Buffer.from('done') }, 1_500)).toBe(true);
+    expect((await db.query(`SELECT expiry_floor < now() AS past FROM idempotency_keys WHERE key = $1`, [key])).rows).toEqual([
+      { past: true },
+    ]);
+    expect(await store.sweep(SWEEP)).toMatchObject({ partitions: { retired: 0 } });
+    const replay = await other.claim(claimRequest(key));
+    expect(replay.state === 'completed' && replay.response.body?.toString()).toBe('done');
+    await sleep(1_600);
+    expect(await store.sweep(SWEEP)).toMatchObject({ partitions: { retired: 1 } });
+  });
+
+  it('checks a partition for live rows along its retention index, not by reading it', async () => {
+    // A partition about to go: every row long expired but one.
+    await seed('gone-', 50_000, 'expired-long-ago');
+    await seed('live-', 1, 'live');
+    await db.query('ANALYZE idempotency_keys_earlier');
+    const { rows } = await db.query(`EXPLAIN ${liveRowQuery('idempotency_keys_earlier')}`);
+    const plan = rows.map((row) => row['QUERY PLAN'] as string).join('\n');
+    expect(plan.match(/Index (Only )?Scan using idempotency_keys_earlier_greatest_idx/g)).toHaveLength(2);
+    expect(plan).not.toMatch(/Seq Scan/);
+    expect(await store.sweep(SWEEP)).toMatchObject({ partitions: { retired: 0 } });
   });
 
   it('puts a drop off when a transaction on the key table holds it past the lock timeout, and drops it next run', async () => {

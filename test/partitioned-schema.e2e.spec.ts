@@ -12,13 +12,15 @@ import {
   runMigrationsWithLock,
   type IdempotencyModuleOptions,
 } from '../src/index.js';
-import { keyStoreStatements } from '../src/store/key-store.sql.js';
+import { fingerprintValue } from '../src/core/fingerprint.js';
+import { KEY_FUNCTIONS_VERSION, keyStoreStatements } from '../src/store/key-store.sql.js';
 import { resolveIdempotencyOptions } from '../src/resolve-options.js';
 import {
   createPartitionedTableStatements,
   DEFAULT_PARTITION_LAYOUT,
+  retainUntil,
 } from '../src/store/partitioned/partitioned-key-table.sql.js';
-import { createTableStatements, KEY_TABLE_COLUMNS } from '../src/store/sql.js';
+import { createTableStatements, KEY_TABLE_COLUMNS, KEY_TABLE_FILLFACTOR } from '../src/store/sql.js';
 import { dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
 import { useKeyTable } from './support/key-table.js';
 
@@ -70,12 +72,57 @@ describe.each(LAYOUTS)('the %s key table stores bodies', (layout, statements) =>
     const body = Buffer.from(JSON.stringify(Array.from({ length: 20_000 }, (_, i) => ({ sku: `sku-${i}`, quantity: 1 }))));
     const [stored] = await sql(
       schema,
-      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, response_body)
-       VALUES ('t', 'k', 'f', 'completed', gen_random_uuid(), now(), now() + interval '1 day', decode('${body.toString('hex')}', 'hex'))`,
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, expiry_floor, response_body)
+       VALUES ('t', 'k', 'f', 'completed', gen_random_uuid(), now(), now() + interval '1 day', now() + interval '1 day', decode('${body.toString('hex')}', 'hex'))`,
       `SELECT pg_column_size(response_body) AS size, length(response_body) AS length FROM idempotency_keys WHERE key = 'k'`,
     );
     expect(stored.length).toBe(body.length);
     expect(Number(stored.size)).toBeLessThan(body.length / 4);
+  });
+});
+
+describe.each(LAYOUTS)('the %s key table leaves room on each page for the completed row', (layout, statements) => {
+  /** The fillfactor of the table, or of each of its partitions, by name. */
+  const fillfactors = async (schema: string) =>
+    Object.fromEntries(
+      (
+        await sql(
+          schema,
+          `SELECT c.relname, (SELECT o FROM unnest(c.reloptions) o WHERE o LIKE 'fillfactor=%') AS fillfactor
+             FROM pg_class c WHERE c.oid IN (
+               SELECT 'idempotency_keys'::regclass WHERE NOT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = 'idempotency_keys'::regclass)
+               UNION ALL SELECT inhrelid FROM pg_inherits WHERE inhparent = 'idempotency_keys'::regclass)`,
+        )
+      ).map((row) => [row.relname as string, row.fillfactor as string | null]),
+    );
+
+  it(`fillfactor ${KEY_TABLE_FILLFACTOR}, on every partition, those an earlier version or pg_partman made too, an operator's own kept`, async () => {
+    const schema = await freshSchema(`fillfactor_${layout}`);
+    await sql(schema, ...statements());
+    const made = await fillfactors(schema);
+    expect(Object.keys(made).length).toBeGreaterThanOrEqual(layout === 'partitioned' ? 6 : 1);
+    for (const fillfactor of Object.values(made)) expect(fillfactor).toBe(`fillfactor=${KEY_TABLE_FILLFACTOR}`);
+    if (layout === 'partitioned') {
+      // Made without it (as pg_partman and earlier versions made them), and one an operator tuned.
+      await sql(
+        schema,
+        `CREATE TABLE idempotency_keys_later PARTITION OF idempotency_keys FOR VALUES FROM ('2999-01-01') TO ('2999-02-01')`,
+        `CREATE TABLE idempotency_keys_tuned PARTITION OF idempotency_keys FOR VALUES FROM ('2999-02-01') TO ('2999-03-01')
+           WITH (fillfactor = 70)`,
+      );
+    } else {
+      await sql(schema, 'ALTER TABLE idempotency_keys SET (fillfactor = 70)');
+    }
+    await sql(schema, ...statements());
+    const again = await fillfactors(schema);
+    if (layout === 'partitioned') {
+      expect(again).toMatchObject({
+        idempotency_keys_later: `fillfactor=${KEY_TABLE_FILLFACTOR}`,
+        idempotency_keys_tuned: 'fillfactor=70',
+      });
+    } else {
+      expect(again).toEqual({ idempotency_keys: 'fillfactor=70' });
+    }
   });
 });
 
@@ -280,6 +327,57 @@ describe('the start-up check of a partitioned key table', () => {
     const schema = await freshSchema('check_plain_on_partitioned');
     await sql(schema, ...createPartitionedTableStatements('idempotency_keys', DEFAULT_PARTITION_LAYOUT));
     expect(await startupError(schema, {})).toContain('set `partitioned: true`');
+  });
+
+  it('a partitioned table an earlier version made stops the app; its migration run again upgrades it in place', async () => {
+    const schema = await freshSchema('check_partitioned_earlier');
+    const statements = () => createPartitionedTableStatements('idempotency_keys', DEFAULT_PARTITION_LAYOUT);
+    await sql(schema, ...statements());
+    // As the previous release left it: no expiry_floor, its retention index on status and expires_at, partitions
+    // without a fillfactor, claim functions without this version's marker; and a key of each kind.
+    await sql(
+      schema,
+      `DO $$ DECLARE f text; BEGIN
+         FOREACH f IN ARRAY ARRAY['idempotency_keys_claim', 'idempotency_keys_claim_in_transaction'] LOOP
+           EXECUTE replace(pg_get_functiondef(f::regproc), '${KEY_FUNCTIONS_VERSION}', 'an older version');
+         END LOOP; END $$`,
+      'ALTER TABLE idempotency_keys DROP COLUMN expiry_floor',
+      `CREATE INDEX idempotency_keys_retain_until_idx ON idempotency_keys (${retainUntil('idempotency_keys')})`,
+      `DO $$ DECLARE p regclass; BEGIN
+         FOR p IN SELECT inhrelid::regclass FROM pg_inherits WHERE inhparent = 'idempotency_keys'::regclass LOOP
+           EXECUTE format('ALTER TABLE %s RESET (fillfactor)', p);
+         END LOOP; END $$`,
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at,
+                                     response_status, response_headers, response_body)
+       VALUES ('t', 'kept', '${fingerprintValue(1)}', 'completed', gen_random_uuid(), now() - interval '1 hour',
+               now() + interval '1 hour', 201, '[]', '"kept"'),
+              ('t', 'leased', 'fp', 'in_flight', gen_random_uuid(), now() + interval '1 hour', now() - interval '1 second',
+               NULL, NULL, NULL)`,
+    );
+    const message = await startupError(schema, { partitioned: true });
+    expect(message).toContain('has the layout of an earlier version of the module (no column expiry_floor)');
+    expect(message).toContain('CreatePartitionedIdempotencyKeys1765152000000 upgrades the table in place');
+
+    await sql(schema, ...statements());
+    const [upgraded] = await sql(
+      schema,
+      `SELECT (SELECT attnotnull FROM pg_attribute WHERE attrelid = 'idempotency_keys'::regclass AND attname = 'expiry_floor') AS "notNull",
+              (SELECT count(*)::int FROM idempotency_keys WHERE expiry_floor IS DISTINCT FROM expires_at) AS "floorsOff",
+              ARRAY(SELECT indexrelid::regclass::text FROM pg_index WHERE indrelid = 'idempotency_keys'::regclass ORDER BY 1) AS indexes,
+              (SELECT count(*)::int FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                WHERE i.inhparent = 'idempotency_keys'::regclass
+                  AND NOT coalesce(c.reloptions, '{}') @> ARRAY['fillfactor=${KEY_TABLE_FILLFACTOR}']) AS "withoutFillfactor"`,
+    );
+    expect(upgraded).toEqual({
+      notNull: true,
+      floorsOff: 0,
+      indexes: ['idempotency_keys_pkey', 'idempotency_keys_retention_bound_idx'],
+      withoutFillfactor: 0,
+    });
+    const app = await boot(schema, { partitioned: true });
+    opened.push(app);
+    const service = app.get(IdempotencyService);
+    expect(await service.execute({ tenant: 't', key: 'kept', payload: 1 }, () => 'again')).toBe('kept');
   });
 
   it("a partitioned table whose claim function is the plain table's stops the app, naming the migration to run again", async () => {

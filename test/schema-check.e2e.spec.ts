@@ -2,7 +2,8 @@ import { afterAll, describe, expect, it } from '@jest/globals';
 import { Module, type INestApplicationContext } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule, type TypeOrmModuleOptions } from '@nestjs/typeorm';
-import { DataSource, type DataSourceOptions } from 'typeorm';
+import { DataSource, type DataSourceOptions, type MigrationInterface, type QueryRunner } from 'typeorm';
+import { fingerprintValue } from '../src/core/fingerprint.js';
 import {
   CreateIdempotencyKeys1764460800000,
   IdempotencyConfigurationError,
@@ -44,6 +45,18 @@ async function columnsOf(schema: string, table: string): Promise<string[]> {
     `SELECT attname FROM pg_attribute WHERE attrelid = '"${table}"'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
   );
   return rows.map((row) => row.attname as string);
+}
+
+/** What the upgrade changes on the key table: expiry_floor NOT NULL, its indexes, its storage options. */
+async function layoutOf(schema: string): Promise<{ notNull: boolean; indexes: string[]; options: string[] }> {
+  const [row] = await sql(
+    schema,
+    `SELECT (SELECT attnotnull FROM pg_attribute WHERE attrelid = c.oid AND attname = 'expiry_floor') AS "notNull",
+            ARRAY(SELECT i.indexrelid::regclass::text FROM pg_index i WHERE i.indrelid = c.oid ORDER BY 1) AS indexes,
+            coalesce(c.reloptions, '{}') AS options
+       FROM pg_class c WHERE c.oid = 'idempotency_keys'::regclass`,
+  );
+  return row as { notNull: boolean; indexes: string[]; options: string[] };
 }
 
 describe('the expected columns', () => {
@@ -169,6 +182,118 @@ describe('start-up schema check', () => {
     await bootsAndWorks(schema, {}, { entities: [IdempotencyKeyEntity], synchronize: true });
     // And again on the table synchronize left: the functions exist now, nothing to create.
     await bootsAndWorks(schema, {}, { entities: [IdempotencyKeyEntity], synchronize: true });
+  });
+
+  describe('a key table an earlier version made', () => {
+    /**
+     * Turns the key table into what the previous release left: no expiry_floor, its index on expires_at, no
+     * fillfactor, and claim functions without this version's marker.
+     */
+    const toEarlierLayout = (schema: string) =>
+      sql(
+        schema,
+        `DO $$ DECLARE f text; BEGIN
+           FOREACH f IN ARRAY ARRAY['idempotency_keys_claim', 'idempotency_keys_claim_in_transaction'] LOOP
+             EXECUTE replace(pg_get_functiondef(f::regproc), '${KEY_FUNCTIONS_VERSION}', 'an older version');
+           END LOOP; END $$`,
+        'ALTER TABLE idempotency_keys DROP COLUMN expiry_floor',
+        'CREATE INDEX idempotency_keys_expires_at_idx ON idempotency_keys (expires_at)',
+        'ALTER TABLE idempotency_keys RESET (fillfactor)',
+      );
+    /** A key of each kind, written as the earlier version wrote them. */
+    const earlierRows = (schema: string) =>
+      sql(
+        schema,
+        `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at,
+                                       response_status, response_headers, response_body)
+         VALUES ('t', 'kept', '${fingerprintValue(1)}', 'completed', gen_random_uuid(), now() - interval '1 hour',
+                 now() + interval '1 hour', 201, '[]', '"kept"'),
+                ('t', 'expired', 'fp', 'completed', gen_random_uuid(), now() - interval '1 hour', now() - interval '1 second',
+                 201, '[]', '"expired"'),
+                ('t', 'leased', 'fp', 'in_flight', gen_random_uuid(), now() + interval '1 hour', now() - interval '1 second',
+                 NULL, NULL, NULL)`,
+      );
+    /** An app's own migration that runs the key table's migration again, as docs/schema.md ("Upgrading") shows. */
+    class UpgradeIdempotencyKeys1767225600000 implements MigrationInterface {
+      name = 'UpgradeIdempotencyKeys1767225600000';
+      up(queryRunner: QueryRunner): Promise<void> {
+        return new CreateIdempotencyKeys1764460800000().up(queryRunner);
+      }
+      async down(): Promise<void> {}
+    }
+
+    it('stops the app, saying to run the migration again; run again from a migration of the app, it upgrades it in place', async () => {
+      const schema = await freshSchema('check_earlier_layout');
+      const migrations = [CreateIdempotencyKeys1764460800000];
+      // Migrated by the earlier release: its migration is recorded as run.
+      await bootsAndWorks(schema, {}, { migrations }, migratingDataSourceFactory());
+      await sql(schema, 'TRUNCATE idempotency_keys');
+      await toEarlierLayout(schema);
+      await earlierRows(schema);
+
+      const error = await startupError(schema, {}, { migrations }, migratingDataSourceFactory());
+      expect(error.message).toContain(
+        'the key table "idempotency_keys" has the layout of an earlier version of the module (no column expiry_floor)',
+      );
+      expect(error.message).toContain('CreateIdempotencyKeys1764460800000 upgrades the table in place: run its statements again');
+      expect(error.message).toContain('docs/schema.md ("Upgrading")');
+
+      const app = await boot(
+        schema,
+        {},
+        { migrations: [...migrations, UpgradeIdempotencyKeys1767225600000] },
+        migratingDataSourceFactory(),
+      );
+      try {
+        const service = app.get(IdempotencyService);
+        // Each earlier row's floor is its expiry: the live one replays, the expired one is swept, the leased one stays.
+        expect(await service.execute({ tenant: 't', key: 'kept', payload: 1 }, () => 'again')).toBe('kept');
+        expect(await service.sweep()).toMatchObject({ deleted: 1 });
+        expect((await sql(schema, 'SELECT key FROM idempotency_keys ORDER BY key')).map((row) => row.key)).toEqual([
+          'kept',
+          'leased',
+        ]);
+      } finally {
+        await app.close();
+      }
+      expect(
+        await sql(schema, `SELECT count(*)::int AS n FROM idempotency_keys WHERE expiry_floor IS DISTINCT FROM expires_at`),
+      ).toEqual([{ n: 0 }]);
+      expect(await layoutOf(schema)).toEqual({
+        notNull: true,
+        indexes: ['idempotency_keys_expiry_floor_idx', 'idempotency_keys_pkey'],
+        options: ['fillfactor=90'],
+      });
+    });
+
+    it('with the column but the index on expires_at still there, stops the app naming the index', async () => {
+      const schema = await freshSchema('check_earlier_index');
+      await createTables(schema);
+      await sql(schema, 'CREATE INDEX idempotency_keys_expires_at_idx ON idempotency_keys (expires_at)');
+      const error = await startupError(schema);
+      expect(error.message).toContain('(the index idempotency_keys_expires_at_idx)');
+      await sql(schema, ...createTableStatements('idempotency_keys'));
+      await bootsAndWorks(schema);
+    });
+
+    it('with synchronize: true, is upgraded by TypeORM and the module', async () => {
+      const schema = await freshSchema('check_earlier_synchronize');
+      const typeorm = { entities: [IdempotencyKeyEntity], synchronize: true };
+      await bootsAndWorks(schema, {}, typeorm);
+      await sql(schema, 'TRUNCATE idempotency_keys');
+      await toEarlierLayout(schema);
+      await earlierRows(schema);
+      await bootsAndWorks(schema, {}, typeorm);
+      // TypeORM adds the column (the entity's default lets it, over rows) and swaps the index; the module the rest.
+      expect(await layoutOf(schema)).toEqual({
+        notNull: true,
+        indexes: [expect.stringMatching(/^"PK_/), 'idempotency_keys_expiry_floor_idx'],
+        options: ['fillfactor=90'],
+      });
+      expect(await sql(schema, `SELECT count(*)::int AS n FROM idempotency_keys WHERE expiry_floor = '-infinity'`)).toEqual([
+        { n: 3 },
+      ]);
+    });
   });
 
   it('a key entity registered with the data source is the table the store uses, in the schema TypeORM gives it', async () => {

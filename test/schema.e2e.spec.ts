@@ -56,10 +56,18 @@ describe('schema', () => {
       );
       expect(results.filter((r) => r.status === 'rejected')).toEqual([]);
       const client = await sqlClient(schema);
+      // The sweeper's index is on expiry_floor, which the completion leaves alone: none is on expires_at.
       const index = await client.query(
-        `SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'idempotency_keys' AND indexdef LIKE '%(expires_at)%'`,
+        `SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'idempotency_keys' AND indexdef LIKE '%(expiry_floor)%'`,
         [schema],
       );
+      const onExpiresAt = await client.query(
+        `SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'idempotency_keys' AND indexdef LIKE '%expires_at%'`,
+        [schema],
+      );
+      const options = await client.query(`SELECT reloptions FROM pg_class WHERE oid = to_regclass($1)`, [
+        `"${schema}".idempotency_keys`,
+      ]);
       // Stored bodies compressed with lz4 (this server has it), out of line once large.
       const storage = await client.query(
         `SELECT attstorage, attcompression FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'response_body'`,
@@ -67,6 +75,8 @@ describe('schema', () => {
       );
       await client.end();
       expect(index.rowCount).toBe(1);
+      expect(onExpiresAt.rowCount).toBe(0);
+      expect(options.rows).toEqual([{ reloptions: ['fillfactor=90'] }]);
       expect(storage.rows).toEqual([{ attstorage: 'x', attcompression: 'l' }]);
       expect(await columnsOf(schema, 'idempotency_keys')).toContain('response_body');
     } finally {

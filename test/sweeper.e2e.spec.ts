@@ -8,6 +8,8 @@ import type { DataSource } from 'typeorm';
 import { IdempotencyModule, IdempotencyService, IdempotencySweeper, PostgresIdempotencyStore } from '../src/index.js';
 import { createTables, dataSourceOptions, freshSchema, openDataSource, sqlClient } from './support/database.js';
 import { keyTableKind, keyTableOptions } from './support/key-table.js';
+import { keyStoreStatements } from '../src/store/key-store.sql.js';
+import { partitionedRetentionStatements } from '../src/store/partitioned/partitioned-key-table.sql.js';
 
 /**
  * When seeded rows were claimed. On the partitioned table, long ago: no
@@ -15,6 +17,8 @@ import { keyTableKind, keyTableOptions } from './support/key-table.js';
  * whose expired rows are deleted row by row as the plain table's are (its
  * regular partitions are retired whole: partition-retention.e2e.spec.ts).
  */
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
 const seededAt = () => (keyTableKind() === 'partitioned' ? "now() - interval '10 years'" : 'now()');
 
 /** Inserts `count` rows in one statement; `state` decides what kind. */
@@ -31,8 +35,10 @@ async function seed(
     'expired-in-flight-lapsed-lease': ['in_flight', "now() - interval '1 second'", "now() - interval '1 second'"],
   }[state];
   await db.query(
-    `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, response_status, response_body, created_at)
-     SELECT 'tenant', $1 || g, 'fp', '${status}', gen_random_uuid(), ${lease}, ${expires}, 201, '\\x7b7d'::bytea, ${seededAt()}
+    `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, expiry_floor, response_status,
+                                   response_body, created_at)
+     SELECT 'tenant', $1 || g, 'fp', '${status}', gen_random_uuid(), ${lease}, ${expires}, ${expires}, 201, '\\x7b7d'::bytea,
+            ${seededAt()}
        FROM generate_series(1, $2::int) AS g`,
     [prefix, count],
   );
@@ -71,6 +77,82 @@ describe('sweeping expired keys', () => {
     expect(await count()).toBe(15);
     expect(await count(`key LIKE 'live-%'`)).toBe(10);
     expect(await count(`key LIKE 'leased-%'`)).toBe(5);
+  });
+
+  it('deletes a record once TTL after its response is stored, whatever its claim + TTL, and never one whose lease runs', async () => {
+    await db.query('TRUNCATE idempotency_keys');
+    const claim = async (key: string, leaseMs: number, ttlMs: number) => {
+      const ref = { tenant: 'tenant', key, ownerToken: crypto.randomUUID() };
+      expect((await stores[0].claim({ ...ref, fingerprint: 'fp', leaseMs, ttlMs })).state).toBe('claimed');
+      // On the partitioned table, into the default partition: the one whose rows are swept (see seededAt).
+      if (keyTableKind() === 'partitioned') {
+        await db.query(`UPDATE idempotency_keys SET created_at = ${seededAt()} WHERE key = $1`, [key]);
+      }
+      return ref;
+    };
+    const answer = { status: 201, headers: [] as Array<[string, string]>, body: Buffer.from('{"id":"ch_1"}') };
+    const quick = await claim('quick', 500, 1_000);
+    const slow = await claim('slow', 500, 1_000);
+    const leased = await claim('leased', 30_000, 1);
+    expect(await stores[0].complete(quick, answer, 1_000)).toBe(true);
+    // The slow handler stores its response after its claim + TTL: the record lives until TTL after that.
+    await sleep(1_200);
+    expect(await stores[0].complete(slow, answer, 1_000)).toBe(true);
+    await sleep(300);
+    expect(await stores[0].sweep({ batchSize: 100, maxDurationMs: 10_000 })).toMatchObject({ deleted: 1 });
+    expect(await count(`key = 'quick'`)).toBe(0);
+    expect(await count(`key = 'slow'`)).toBe(1);
+    const replay = await stores[1].claim({
+      tenant: 'tenant',
+      key: 'slow',
+      ownerToken: crypto.randomUUID(),
+      fingerprint: 'fp',
+      leaseMs: 500,
+      ttlMs: 1_000,
+    });
+    expect(replay.state === 'completed' && replay.response.body?.toString()).toBe('{"id":"ch_1"}');
+    await sleep(1_000);
+    expect(await stores[0].sweep({ batchSize: 100, maxDurationMs: 10_000 })).toMatchObject({ deleted: 1 });
+    expect(await count(`key = 'slow'`)).toBe(0);
+    // Past its TTL long since, but its lease runs: never deleted.
+    expect(await count(`key = 'leased'`)).toBe(1);
+    expect(
+      await stores[1].claim({ ...leased, ownerToken: crypto.randomUUID(), fingerprint: 'fp', leaseMs: 500, ttlMs: 1_000 }),
+    ).toMatchObject({
+      state: 'in-flight',
+    });
+  });
+
+  it('finds expired rows along the expiry_floor index, not by reading the table', async () => {
+    await db.query('TRUNCATE idempotency_keys');
+    await seed(db, 'live-', 50_000, 'fresh-completed');
+    await seed(db, 'gone-', 500, 'expired-completed');
+    await db.query('ANALYZE idempotency_keys');
+    const plan = async (statement: string, params: unknown[]) =>
+      (await db.query(`EXPLAIN ${statement}`, params)).rows.map((row) => row['QUERY PLAN'] as string).join('\n');
+    if (keyTableKind() === 'partitioned') {
+      // Regular partitions are retired whole; the default partition's rows go along its retention index.
+      const sql = partitionedRetentionStatements('"idempotency_keys"');
+      for (const statement of [
+        sql.sweepDefault('idempotency_keys_default'),
+        sql.countExpiredDefault('idempotency_keys_default'),
+      ]) {
+        const used = await plan(statement, [500]);
+        expect(used).toMatch(/Index (Only )?Scan using idempotency_keys_default_greatest_idx/);
+        expect(used).not.toMatch(/Seq Scan/);
+      }
+    } else {
+      const sql = keyStoreStatements('"idempotency_keys"', 'idempotency_keys');
+      for (const [statement, params] of [
+        [sql.sweepBatch, [500, '-infinity']],
+        [sql.countExpired, [500]],
+      ] as const) {
+        const used = await plan(statement, [...params]);
+        expect(used).toMatch(/Index Scan using idempotency_keys_expiry_floor_idx/);
+        expect(used).not.toMatch(/Seq Scan/);
+      }
+    }
+    expect(await stores[0].sweep({ batchSize: 1000, maxDurationMs: 10_000 })).toMatchObject({ deleted: 500 });
   });
 
   it('never deletes more than a batch per statement, and stops when its time budget is spent', async () => {
@@ -125,10 +207,12 @@ describe('sweeping expired keys', () => {
     // several sharing each expiry instant, so batches end in the middle of one.
     await seed(db, 'held-', 300, 'expired-in-flight-valid-lease');
     await db.query(
-      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, response_status, created_at)
-       SELECT 'tenant', 'old-' || g, 'fp', 'completed', gen_random_uuid(), now() - interval '1 hour',
-              date_trunc('second', now()) - interval '10 minutes' + (g / 7) * interval '1 millisecond', 201, ${seededAt()}
-         FROM generate_series(1, 4000) AS g`,
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, expiry_floor, response_status,
+                                     created_at)
+       SELECT 'tenant', 'old-' || g, 'fp', 'completed', gen_random_uuid(), now() - interval '1 hour', expiry, expiry, 201,
+              ${seededAt()}
+         FROM generate_series(1, 4000) AS g,
+              LATERAL (SELECT date_trunc('second', now()) - interval '10 minutes' + (g / 7) * interval '1 millisecond') AS e (expiry)`,
     );
     await seed(db, 'live-', 50, 'fresh-completed');
     const result = await stores[0].sweep({ batchSize: 250, maxDurationMs: 60_000 });

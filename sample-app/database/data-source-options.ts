@@ -8,6 +8,7 @@ import { CreateOrders1764547300000 } from '../migrations/1764547300000-create-or
 import { AddChargeRiskScore1764720000000 } from '../migrations/1764720000000-add-charge-risk-score.js';
 import { AddProviderAccounts1764720100000 } from '../migrations/1764720100000-add-provider-accounts.js';
 import { CreateRefunds1764806500000 } from '../migrations/1764806500000-create-refunds.js';
+import { UpgradeIdempotencyKeys1767225600000 } from '../migrations/1767225600000-upgrade-idempotency-keys.js';
 
 /** The app's TypeORM options: schema by migrations only, never `synchronize`. */
 export function dataSourceOptions(url: string, schema: string | undefined): DataSourceOptions {
@@ -26,6 +27,7 @@ export function dataSourceOptions(url: string, schema: string | undefined): Data
       AddProviderAccounts1764720100000,
       CreateEffectLedger1764806400000,
       CreateRefunds1764806500000,
+      UpgradeIdempotencyKeys1767225600000,
     ],
     // Run by runMigrationsSerialised() after initialisation, under a lock (see there).
     migrationsRun: false,

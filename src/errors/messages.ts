@@ -85,6 +85,13 @@ export const messages = {
       `${table.migration} and the module's later migrations, if any, are in your \`migrations\` and have run. A table made ` +
       'by hand or by an older version needs the columns added by a migration of your own (types in docs/schema.md, shipped with the package)' +
       (table.entity ? `; without migrations, \`synchronize: true\` with ${table.entity} adds them.` : '.'),
+    keyTableFromOlderVersion: (table: TableFix, found: string) =>
+      `IdempotencyModule: the key table "${table.name}" has the layout of an earlier version of the module (${found}). ` +
+      'This version finds expired keys by expiry_floor, which the completion leaves alone, so that the completion can be a ' +
+      `HOT update. ${table.migration} upgrades the table in place: run its statements again (they are idempotent), for ` +
+      'instance from a migration of your own whose `up` calls its `up`. docs/schema.md ("Upgrading") shows the migration, ' +
+      'and the same steps run online beforehand on a large table' +
+      (table.entity ? `; without migrations, \`synchronize: true\` with ${table.entity} upgrades it.` : '.'),
     functionsMissing: (table: TableFix, missing: readonly string[]) =>
       `IdempotencyModule: the function${missing.length > 1 ? 's' : ''} ${missing.join(', ')} of the key table "${table.name}" ` +
       `do${missing.length > 1 ? '' : 'es'} not exist. The claim and the completion call them. ${table.migration} creates them ` +
@@ -99,9 +106,10 @@ export const messages = {
     functionsFromOlderVersion: (table: TableFix, stale: readonly string[]) =>
       `IdempotencyModule: the claim function${stale.length > 1 ? 's' : ''} ${stale.join(', ')} of the key table ` +
       `"${table.name}" ${stale.length > 1 ? 'were' : 'was'} created by an older version of the module, without the key's ` +
-      `lock that keeps the two claim modes apart and the handling of REPEATABLE READ and SERIALIZABLE this version relies ` +
-      `on. ${table.migration} replaces ${stale.length > 1 ? 'them' : 'it'} in place: run its statements again (they are ` +
-      'idempotent), or, without migrations, use `synchronize: true`, with which the module replaces them at start-up.',
+      `lock that keeps the two claim modes apart, the handling of REPEATABLE READ and SERIALIZABLE, or the expiry floor ` +
+      `the sweeper reads, which this version relies on. ${table.migration} replaces ${stale.length > 1 ? 'them' : 'it'} ` +
+      'in place: run its statements again (they are idempotent), or, without migrations, use `synchronize: true`, with ' +
+      'which the module replaces them at start-up.',
     partitionLayout: (name: string, expected: string, value: unknown) =>
       `createPartitionedIdempotencyKeysMigration(): \`${name}\` must be ${expected}, got ${JSON.stringify(value) ?? String(value)}.`,
     layoutMismatch: (table: TableFix, partitioned: boolean) =>

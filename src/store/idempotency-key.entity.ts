@@ -20,6 +20,8 @@ export interface IdempotencyKeyRecord {
   responseBody: Buffer | null;
   recoveryPoint: string | null;
   phaseResults: string | null;
+  /** No earlier than this the record expires: the claim's expiry, which its completion leaves alone (the sweeper's index). */
+  expiryFloor: Date;
 }
 
 /**
@@ -51,9 +53,12 @@ export function createIdempotencyKeyEntity(tableName: string = DEFAULT_TABLE_NAM
       responseBody: { name: 'response_body', type: 'bytea', nullable: true },
       recoveryPoint: { name: 'recovery_point', type: 'text', nullable: true },
       phaseResults: { name: 'phase_results', type: 'text', nullable: true },
+      // The module always writes it; the default lets `synchronize` add the column to a table with rows in it,
+      // which the sweeper then finds from its first run and deletes as their expires_at passes.
+      expiryFloor: { name: 'expiry_floor', type: 'timestamptz', default: () => "'-infinity'" },
     },
     checks: [{ expression: `"status" IN ('in_flight', 'completed')` }],
-    indices: [{ name: `${bare}_expires_at_idx`, columns: ['expiresAt'] }],
+    indices: [{ name: `${bare}_expiry_floor_idx`, columns: ['expiryFloor'] }],
   });
 }
 

@@ -86,38 +86,43 @@ export function keyStoreStatements(t: string, tableName: string) {
       UPDATE ${t} SET lease_expires_at = now(), owner_token = gen_random_uuid()
        WHERE tenant_id = $1 AND owner_token = $2::uuid AND status = 'in_flight'
        RETURNING key`,
-    // Locks the batch with SKIP LOCKED so a claim racing on one of these keys
-    // is never waited on, and re-checks expiry on the locked row version.
-    // Each batch starts along the expires_at index where the previous one
-    // ended ($2, the latest expiry it deleted, as ISO 8601 text in UTC: exact
-    // to the microsecond, whatever the session's DateStyle): the entries of the rows already deleted stay in the index
-    // until VACUUM, and a scan from the start would walk all of them again,
-    // every batch (a sweep of millions of rows slowing as it went). What a
-    // batch skipped (a valid lease, a row locked by a claim) waits for the
-    // next run, which starts from the beginning.
+    // Finds expired rows along the expiry_floor index (no row expires before
+    // its floor: see EXPIRY_FLOOR_SLACK) and deletes those past their exact
+    // expiry, never one whose lease is valid: the rows an index on expires_at
+    // would give, without an index the completion has to update. Locks the
+    // batch with SKIP LOCKED so a claim racing on one of these keys is never
+    // waited on, and re-checks expiry on the locked row version.
+    // Each batch starts along the index where the previous one ended ($2,
+    // the latest floor it deleted, as ISO 8601 text in UTC: exact to the
+    // microsecond, whatever the session's DateStyle): the entries of the rows
+    // already deleted stay in the index until VACUUM, and a scan from the
+    // start would walk all of them again, every batch (a sweep of millions of
+    // rows slowing as it went). What a batch skipped (a valid lease, a row
+    // locked by a claim, a row whose handler finished after its floor passed)
+    // waits for the next run, which starts from the beginning.
     sweepBatch: `${sqlMarker('sweep-batch')}
       WITH doomed AS (
         SELECT tenant_id, key FROM ${t}
-         WHERE expires_at <= now() AND expires_at >= $2::timestamptz
-           AND NOT (status = 'in_flight' AND lease_expires_at > now())
-         ORDER BY expires_at
+         WHERE expiry_floor <= now() AND expiry_floor >= $2::timestamptz
+           AND expires_at <= now() AND NOT (status = 'in_flight' AND lease_expires_at > now())
+         ORDER BY expiry_floor
          LIMIT $1
          FOR UPDATE SKIP LOCKED
       ), gone AS (
         DELETE FROM ${t} AS k USING doomed
          WHERE k.tenant_id = doomed.tenant_id AND k.key = doomed.key
            AND k.expires_at <= now() AND NOT (k.status = 'in_flight' AND k.lease_expires_at > now())
-        RETURNING k.expires_at
+        RETURNING k.expiry_floor
       )
       SELECT count(*)::integer AS deleted,
-             to_char(max(expires_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS last
+             to_char(max(expiry_floor) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS last
         FROM gone`,
     // The sweeper's backlog for health checks: the rows sweepBatch would delete, counted up to $1 along
-    // the expires_at index, so a huge backlog costs no more than the limit.
+    // the expiry_floor index, so a huge backlog costs no more than the limit.
     countExpired: `${sqlMarker('count-expired')}
       SELECT count(*)::integer AS expired FROM (
         SELECT 1 FROM ${t}
-         WHERE expires_at <= now() AND NOT (status = 'in_flight' AND lease_expires_at > now())
+         WHERE expiry_floor <= now() AND expires_at <= now() AND NOT (status = 'in_flight' AND lease_expires_at > now())
          LIMIT $1) AS backlog`,
   } as const;
 }
@@ -184,9 +189,36 @@ export const CLAIM_FUNCTION_SIGNATURE = `(
 /**
  * Marks the claim functions of this version (a comment in their source): the
  * start-up check refuses functions an older version created, which lack the
- * key's lock and the isolation handling the store now relies on.
+ * key's lock, the isolation handling or the expiry floor the store now relies on.
  */
-export const KEY_FUNCTIONS_VERSION = 'nest-idempotency-pg key functions 2';
+export const KEY_FUNCTIONS_VERSION = 'nest-idempotency-pg key functions 3';
+
+/**
+ * How long after `greatest(expiry_floor, lease_expires_at)` a completed row
+ * may still expire, a SQL interval.
+ *
+ * `expiry_floor` is the column the retention indexes read instead of
+ * `expires_at`: a completion changes `expires_at` (TTL after the response is
+ * stored), and an index on it would make every completion insert into every
+ * index of the table. Every writer keeps, for each row:
+ *
+ * - `expiry_floor <= expires_at`: the claim (and a takeover) sets both to
+ *   claim + TTL, and a completion moves only `expires_at`, later. So a row
+ *   never expires before its floor, and the plain sweeper finds every expired
+ *   row among those whose floor has passed (`sweepBatch`).
+ * - on an in-flight row `expires_at = expiry_floor`, so it must be kept until
+ *   exactly `greatest(expiry_floor, lease_expires_at)`; on a completed row
+ *   `expires_at <= greatest(expiry_floor, lease_expires_at) + EXPIRY_FLOOR_SLACK`:
+ *   a completion later than the slack after its claim (a rare, slow handler)
+ *   moves the floor to its expiry, in the same (then not HOT) update. The
+ *   partitioned table's retirement relies on it: no row of a partition can be
+ *   live once that bound plus the slack is past.
+ *
+ * A handler that runs longer than this completes with an ordinary update; a
+ * longer slack would make the retirement check walk more rows (see
+ * `liveRowQuery`).
+ */
+export const EXPIRY_FLOOR_SLACK = "interval '1 minute'";
 
 /** The plain table's claim function (see `keyStoreFunctions`): claim mode `separate`, and takeovers. */
 function claimFunction(tableName: string): string {
@@ -224,9 +256,11 @@ function claimFunction(tableName: string): string {
          END IF;
          RETURN QUERY
            INSERT INTO ${t} AS k
-             (tenant_id, key, fingerprint, status, owner_token, generation, attempt, lease_expires_at, expires_at, created_at)
+             (tenant_id, key, fingerprint, status, owner_token, generation, attempt, lease_expires_at, expires_at, created_at,
+              expiry_floor)
            VALUES (p_tenant, p_key, p_fingerprint, 'in_flight', p_owner, p_owner, 1,
-                   now() + interval '1 millisecond' * p_lease_ms, now() + interval '1 millisecond' * p_ttl_ms, now())
+                   now() + interval '1 millisecond' * p_lease_ms, now() + interval '1 millisecond' * p_ttl_ms, now(),
+                   now() + interval '1 millisecond' * p_ttl_ms)
            ON CONFLICT (tenant_id, key) DO UPDATE SET
              fingerprint = EXCLUDED.fingerprint,
              status = 'in_flight',
@@ -238,6 +272,7 @@ function claimFunction(tableName: string): string {
                                ELSE coalesce(k.generation, EXCLUDED.generation) END,
              lease_expires_at = EXCLUDED.lease_expires_at,
              expires_at = EXCLUDED.expires_at,
+             expiry_floor = EXCLUDED.expiry_floor,
              created_at = now(),
              completed_at = NULL,
              response_status = NULL,
@@ -310,11 +345,19 @@ export function completionFunctions(tableName: string): string[] {
        p_tenant text, p_key text, p_owner uuid, p_status integer, p_headers jsonb, p_body bytea, p_ttl_ms float8)
      RETURNS boolean
      LANGUAGE plpgsql AS $fn$
-     BEGIN
+     DECLARE
        -- Inside the work's transaction, whose now() is when it began: the TTL counts from this write instead.
+       v_stored timestamptz := clock_timestamp();
+       v_expires timestamptz := v_stored + interval '1 millisecond' * p_ttl_ms;
+     BEGIN
+       -- Changes no indexed column, so PostgreSQL can write the completed row as a HOT update beside the claimed
+       -- one (the fillfactor leaves room): expiry_floor stays, unless this completion comes so long after its claim
+       -- that the floor must follow (see EXPIRY_FLOOR_SLACK).
        UPDATE ${t}
           SET status = 'completed', response_status = p_status, response_headers = p_headers, response_body = p_body,
-              completed_at = clock_timestamp(), expires_at = clock_timestamp() + interval '1 millisecond' * p_ttl_ms
+              completed_at = v_stored, expires_at = v_expires,
+              expiry_floor = CASE WHEN v_expires > greatest(expiry_floor, lease_expires_at) + ${EXPIRY_FLOOR_SLACK}
+                                  THEN v_expires ELSE expiry_floor END
         WHERE tenant_id = p_tenant AND key = p_key AND owner_token = p_owner AND status = 'in_flight';
        RETURN FOUND;
      END
@@ -384,12 +427,15 @@ export function completionFunctions(tableName: string): string[] {
        p_ttl_ms float8)
      RETURNS boolean
      LANGUAGE plpgsql AS $fn$
+     DECLARE
+       v_stored timestamptz := clock_timestamp();
+       v_expires timestamptz := v_stored + interval '1 millisecond' * p_ttl_ms;
      BEGIN
        INSERT INTO ${t} AS k
          (tenant_id, key, fingerprint, status, owner_token, generation, attempt, lease_expires_at, expires_at, created_at,
-          completed_at, response_status, response_headers, response_body)
+          completed_at, response_status, response_headers, response_body, expiry_floor)
        VALUES (p_tenant, p_key, p_fingerprint, 'completed', p_owner, p_owner, 1, now(),
-               clock_timestamp() + interval '1 millisecond' * p_ttl_ms, now(), clock_timestamp(), p_status, p_headers, p_body)
+               v_expires, now(), v_stored, p_status, p_headers, p_body, v_expires)
        ON CONFLICT (tenant_id, key) DO UPDATE SET
          status = 'completed',
          fingerprint = EXCLUDED.fingerprint,
@@ -399,6 +445,10 @@ export function completionFunctions(tableName: string): string[] {
          created_at = CASE WHEN k.owner_token = EXCLUDED.owner_token THEN k.created_at ELSE now() END,
          lease_expires_at = now(),
          expires_at = EXCLUDED.expires_at,
+         -- This attempt's own in-flight row (a takeover) keeps its floor, as the ordinary completion does.
+         expiry_floor = CASE WHEN k.owner_token = EXCLUDED.owner_token
+                              AND EXCLUDED.expires_at <= k.expiry_floor + ${EXPIRY_FLOOR_SLACK}
+                             THEN k.expiry_floor ELSE EXCLUDED.expiry_floor END,
          completed_at = EXCLUDED.completed_at,
          response_status = EXCLUDED.response_status,
          response_headers = EXCLUDED.response_headers,

@@ -14,8 +14,14 @@ import { IdempotencyStore } from '../core/idempotency-store.js';
 import { PostgresIdempotencyStore } from './postgres/postgres-idempotency.store.js';
 import { KEY_FUNCTIONS_VERSION, keyStoreFunctionNames, keyStoreFunctions } from './key-store.sql.js';
 import { quoteTableName } from './identifiers.js';
-import { KEY_TABLE_COLUMNS, OUTBOX_TABLE_COLUMNS } from './sql.js';
-import { PARTITIONED_CLAIM_MARKER } from './partitioned/partitioned-key-table.sql.js';
+import {
+  KEY_TABLE_COLUMNS,
+  KEY_TABLE_COLUMNS_ADDED_BY_UPGRADE,
+  keyTableFillfactor,
+  OUTBOX_TABLE_COLUMNS,
+  plainRetentionIndexes,
+} from './sql.js';
+import { PARTITIONED_CLAIM_MARKER, partitionedRetentionIndexes } from './partitioned/partitioned-key-table.sql.js';
 import { ledgerTable } from '../ledger/effect-ledger.js';
 
 /**
@@ -47,7 +53,12 @@ export async function findSchemaProblems(dataSource: DataSource, tables: readonl
     }
     const present = new Set(row.columns);
     const missing = table.columns.filter((column) => !present.has(column));
-    if (missing.length > 0) problems.push(messages.config.tableColumnsMissing(table, missing));
+    const upgrade = table.addedByUpgrade;
+    if (missing.length > 0 && upgrade && missing.every((column) => upgrade.includes(column))) {
+      problems.push(messages.config.keyTableFromOlderVersion(table, `no column ${missing.join(', ')}`));
+    } else if (missing.length > 0) {
+      problems.push(messages.config.tableColumnsMissing(table, missing));
+    }
   }
   return problems;
 }
@@ -60,6 +71,7 @@ export function keyTable(tableName: string, partitioned = false): RequiredTable 
       what: 'key',
       name: tableName,
       columns: KEY_TABLE_COLUMNS,
+      addedByUpgrade: KEY_TABLE_COLUMNS_ADDED_BY_UPGRADE,
       migration: isDefault
         ? 'CreatePartitionedIdempotencyKeys1765152000000'
         : `createPartitionedIdempotencyKeysMigration({ tableName: '${tableName}' })`,
@@ -69,6 +81,7 @@ export function keyTable(tableName: string, partitioned = false): RequiredTable 
     what: 'key',
     name: tableName,
     columns: KEY_TABLE_COLUMNS,
+    addedByUpgrade: KEY_TABLE_COLUMNS_ADDED_BY_UPGRADE,
     migration: isDefault ? 'CreateIdempotencyKeys1764460800000' : `createIdempotencyKeysMigration('${tableName}')`,
     entity: isDefault ? 'IdempotencyKeyEntity' : `createIdempotencyKeyEntity('${tableName}')`,
   };
@@ -115,7 +128,12 @@ export class IdempotencySchemaCheck implements OnModuleInit {
     const problems = await findSchemaProblems(this.dataSource, tables);
     if (problems.length === 0 && keys && this.store instanceof PostgresIdempotencyStore) {
       problems.push(...(await this.checkLayout(keys, this.store.partitioned)));
+      if (problems.length === 0) problems.push(...(await retentionIndexProblems(this.dataSource, keys, this.store.partitioned)));
       if (problems.length === 0) problems.push(...(await this.checkFunctions(keys, this.store.partitioned)));
+      if (problems.length === 0 && this.dataSource.options.synchronize && !this.store.partitioned) {
+        // The entity cannot say it: the room on each page that lets the completion be a HOT update. A no-op once set.
+        await this.dataSource.query(keyTableFillfactor(quoteTableName(keys.name)));
+      }
     }
     if (problems.length > 0) throw new IdempotencyConfigurationError(problems.join('\n'));
   }
@@ -160,6 +178,25 @@ async function layoutProblems(dataSource: DataSource, table: RequiredTable, part
     quoteTableName(table.name),
   ])) as Array<{ partitioned: boolean }>;
   return row && row.partitioned !== partitioned ? [messages.config.layoutMismatch(table, partitioned)] : [];
+}
+
+/**
+ * Whether the key table has this version's retention index, and not the one
+ * earlier versions had in its place (an index on columns the completion
+ * changes, so that no completion could be a HOT update): both mean the table
+ * was not upgraded. Other indexes, the app's own, are the app's business.
+ */
+async function retentionIndexProblems(dataSource: DataSource, table: RequiredTable, partitioned: boolean): Promise<string[]> {
+  const { current, earlier } = partitioned ? partitionedRetentionIndexes(table.name) : plainRetentionIndexes(table.name);
+  const [row] = (await dataSource.query(
+    `SELECT ARRAY(SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                   WHERE i.indrelid = to_regclass($1)) AS indexes`,
+    [quoteTableName(table.name)],
+  )) as Array<{ indexes: string[] }>;
+  const found: string[] = [];
+  if (!row.indexes.includes(current)) found.push(`no index ${current}`);
+  if (row.indexes.includes(earlier)) found.push(`the index ${earlier}`);
+  return found.length > 0 ? [messages.config.keyTableFromOlderVersion(table, found.join(', '))] : [];
 }
 
 /** Whether the claim function is the partitioned table's (its marker comment), not one a plain table's migration put there. */

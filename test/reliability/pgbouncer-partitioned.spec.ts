@@ -81,9 +81,9 @@ describe('the partitioned key table through PgBouncer in transaction pooling', (
       BEGIN EXECUTE format('CREATE TABLE idempotency_keys_earlier PARTITION OF idempotency_keys FOR VALUES FROM (%L) TO (%L)',
                            today - interval '1 day', today); END $$`);
     await db.client
-      .query(`INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, created_at)
+      .query(`INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, expiry_floor, created_at)
       SELECT 'tenant-a', 'old-' || g, 'fp', 'completed', gen_random_uuid(), now() - interval '2 hours', now() - interval '1 second',
-             now() - interval '1 day' FROM generate_series(1, 1000) g`);
+             now() - interval '1 second', now() - interval '1 day' FROM generate_series(1, 1000) g`);
     const [a, b] = await Promise.all(stores.map((s) => s.sweep({ batchSize: 250, maxDurationMs: 10_000 })));
     expect([a.ran, b.ran].sort()).toEqual([false, true]);
     expect((a.ran ? a : b).partitions).toMatchObject({ retired: 1 });

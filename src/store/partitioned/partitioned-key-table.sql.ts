@@ -1,6 +1,7 @@
 import { quoteTableName } from '../identifiers.js';
 import {
   CLAIM_FUNCTION_SIGNATURE,
+  EXPIRY_FLOOR_SLACK,
   HELD_ELSEWHERE,
   KEY_FUNCTIONS_VERSION,
   WAIT_FOR_KEY_LOCK,
@@ -8,7 +9,13 @@ import {
   keyLock,
   keyStoreFunction,
 } from '../key-store.sql.js';
-import { KEY_TABLE_COLUMN_DEFINITIONS, responseBodyStorage } from '../sql.js';
+import {
+  dropKeyTableIndex,
+  KEY_TABLE_COLUMN_DEFINITIONS,
+  KEY_TABLE_FILLFACTOR,
+  responseBodyStorage,
+  upgradeToExpiryFloor,
+} from '../sql.js';
 import { sqlMarker } from '../redacting-logger.js';
 
 /**
@@ -44,7 +51,7 @@ import { sqlMarker } from '../redacting-logger.js';
  *
  * Retirement (`retirePartitionFunction`) drops a partition only when it can no
  * longer receive claims and none of its rows is live: past its TTL and with no
- * valid lease (`RETAIN_UNTIL`), checked again under an ACCESS EXCLUSIVE lock
+ * valid lease (`retainUntil`), checked again under an ACCESS EXCLUSIVE lock
  * on the key table, so no completion or renewal can make a row live between
  * the check and the drop.
  */
@@ -52,13 +59,25 @@ import { sqlMarker } from '../redacting-logger.js';
 /**
  * Until when a row must be kept: its TTL, or its lease when it is in flight
  * and the lease ends later. A row is live (a claim must find it) while this is
- * in the future; it is the plain sweeper's condition turned into one indexed
- * expression. Used verbatim in the index and in every query that should use it.
+ * in the future; it is the plain sweeper's condition as one expression.
  *
  * @param k the row's alias
  */
 export function retainUntil(k: string): string {
   return `(CASE WHEN ${k}.status = 'in_flight' THEN greatest(${k}.expires_at, ${k}.lease_expires_at) ELSE ${k}.expires_at END)`;
+}
+
+/**
+ * What the retention index holds: `retainUntil` of an in-flight row, and for
+ * a completed row a bound its expiry passes by at most EXPIRY_FLOOR_SLACK. It
+ * reads only columns a completion leaves alone (`retainUntil` reads status and
+ * expires_at), so the index does not keep the completion from being a HOT
+ * update. Used verbatim in the index and in every query that should use it.
+ *
+ * @param k the row's alias
+ */
+export function retentionBound(k: string): string {
+  return `greatest(${k}.expiry_floor, ${k}.lease_expires_at)`;
 }
 
 /** How the partitions are laid out, as the migration makes them. */
@@ -82,8 +101,22 @@ export const PARTITION_INTERVAL_PATTERN = /^[1-9][0-9]{0,3} (minute|hour|day|wee
 
 const literal = (value: string) => `'${value.replace(/'/g, "''")}'`;
 
-/** Whether partition `%s` holds a live row, as a literal for `format()`: one probe of its retention index. */
-const LIVE_ROW_CHECK = literal(`SELECT EXISTS (SELECT 1 FROM ONLY %s k WHERE ${retainUntil('k')} > now())`);
+/**
+ * Whether `partition` (a partition of the key table, as SQL) holds a live
+ * row. One probe of its retention index while any row's bound lies ahead;
+ * once none does, the completed rows whose bound passed within the slack are
+ * read to see whether one still is (at most a slack's worth of rows, in the
+ * minute or so before the partition goes).
+ */
+export function liveRowQuery(partition: string): string {
+  return `SELECT EXISTS (SELECT 1 FROM ONLY ${partition} k WHERE ${retentionBound('k')} > now())
+       OR EXISTS (SELECT 1 FROM ONLY ${partition} k
+                   WHERE ${retentionBound('k')} > now() - ${EXPIRY_FLOOR_SLACK} AND ${retentionBound('k')} <= now()
+                     AND ${retainUntil('k')} > now())`;
+}
+
+/** `liveRowQuery` of partition `%1$s`, as a literal for `format()`. */
+const LIVE_ROW_CHECK = literal(liveRowQuery('%1$s'));
 
 type PartitionedFunction = 'make_partitions' | 'retire_partition' | 'partition_status';
 
@@ -103,26 +136,43 @@ export const PARTITIONED_CLAIM_MARKER = 'nest-idempotency-pg: claim of a partiti
  * functions (claim, completion, partition upkeep and retirement), and the
  * first partitions with a default partition, made by pg_partman or by the
  * module's own function (see `PartitionLayout.partman`). Every statement is
- * idempotent, as the plain table's are.
+ * idempotent, as the plain table's are, and they upgrade a table an earlier
+ * version made in the same way (`upgradeToExpiryFloor`, the retention index,
+ * the partitions' fillfactor).
  */
 export function createPartitionedTableStatements(tableName: string, layout: PartitionLayout): string[] {
   const t = quoteTableName(tableName);
-  const base = tableName.split('.').pop()!;
+  const indexes = partitionedRetentionIndexes(tableName);
   return [
     `CREATE TABLE IF NOT EXISTS ${t} (
       ${KEY_TABLE_COLUMN_DEFINITIONS}
       PRIMARY KEY (tenant_id, key, created_at)
     ) PARTITION BY RANGE (created_at)`,
+    upgradeToExpiryFloor(t),
     responseBodyStorage(t),
     // Serves the retirement check (is anything in this partition still live?) and the default partition's sweep.
-    `CREATE INDEX IF NOT EXISTS ${quoteTableName(`${base}_retain_until_idx`)} ON ${t} (${retainUntil(t)})`,
+    `CREATE INDEX IF NOT EXISTS ${quoteTableName(indexes.current)} ON ${t} (${retentionBound(t)})`,
+    // The earlier versions' retention index, on expires_at and status: with it no completion is HOT.
+    dropKeyTableIndex(t, indexes.earlier),
     partitionedClaimFunction(tableName),
     ...completionFunctions(tableName),
     makePartitionsFunction(tableName, layout),
     retirePartitionFunction(tableName),
     partitionStatusFunction(tableName),
     registerPartitions(tableName, layout),
+    // Partitions an earlier version made: the fillfactor, from the rows written next on.
+    `DO $settings$ DECLARE v_part record; BEGIN ${matchPartitionSettings(t)} END $settings$`,
   ];
+}
+
+/**
+ * The names (unquoted: an index lives in its table's schema) of the
+ * partitioned key table's retention index and of the one earlier versions had
+ * in its place.
+ */
+export function partitionedRetentionIndexes(tableName: string): { current: string; earlier: string } {
+  const base = tableName.split('.').pop()!;
+  return { current: `${base}_retention_bound_idx`, earlier: `${base}_retain_until_idx` };
 }
 
 /**
@@ -210,7 +260,8 @@ function partitionedClaimFunction(tableName: string): string {
                attempt = k.attempt + 1,
                generation = coalesce(k.generation, p_owner),
                lease_expires_at = now() + interval '1 millisecond' * p_lease_ms,
-               expires_at = now() + interval '1 millisecond' * p_ttl_ms
+               expires_at = now() + interval '1 millisecond' * p_ttl_ms,
+               expiry_floor = now() + interval '1 millisecond' * p_ttl_ms
              WHERE k.tenant_id = p_tenant AND k.key = p_key AND k.owner_token = r.owner_token
                AND k.status = 'in_flight' AND k.lease_expires_at <= now()
              RETURNING 'claimed'::text, k.attempt, k.generation::text, NULL::integer,
@@ -234,9 +285,11 @@ function partitionedClaimFunction(tableName: string): string {
          -- Absent, or every row of it inert: a new use of the key, in the partition of now.
          RETURN QUERY
            INSERT INTO ${t} AS k
-             (tenant_id, key, fingerprint, status, owner_token, generation, attempt, lease_expires_at, expires_at, created_at)
+             (tenant_id, key, fingerprint, status, owner_token, generation, attempt, lease_expires_at, expires_at, created_at,
+              expiry_floor)
            VALUES (p_tenant, p_key, p_fingerprint, 'in_flight', p_owner, p_owner, 1,
-                   now() + interval '1 millisecond' * p_lease_ms, now() + interval '1 millisecond' * p_ttl_ms, now())
+                   now() + interval '1 millisecond' * p_lease_ms, now() + interval '1 millisecond' * p_ttl_ms, now(),
+                   now() + interval '1 millisecond' * p_ttl_ms)
            RETURNING 'claimed'::text, k.attempt, k.generation::text, NULL::integer,
                      NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
          RETURN;
@@ -295,7 +348,7 @@ function makePartitionsFunction(tableName: string, layout: PartitionLayout): str
        v_from timestamptz;
        v_child text;
        v_made integer := 0;
-       v_body record;
+       v_part record;
      BEGIN
        IF p_lock_timeout_ms IS NOT NULL THEN
          PERFORM set_config('lock_timeout', greatest(1, ceil(p_lock_timeout_ms))::bigint || 'ms', true);
@@ -312,7 +365,7 @@ function makePartitionsFunction(tableName: string, layout: PartitionLayout): str
          BEGIN
            EXECUTE format('SELECT %s.run_maintenance(p_parent_table := $1, p_jobmon := false)', v_partman)
              USING v_schema || '.' || v_relname;
-           ${matchBodyStorageOfPartitions(t)}
+           ${matchPartitionSettings(t)}
            RETURN (SELECT count(*) FROM pg_inherits WHERE inhparent = ${literal(t)}::regclass) - v_before;
          EXCEPTION
            WHEN lock_not_available THEN
@@ -330,7 +383,7 @@ function makePartitionsFunction(tableName: string, layout: PartitionLayout): str
        WHILE v_from < now() + v_interval * v_premake LOOP
          v_child := left(v_relname, ${63 - 2 - suffixLength}) || '_p' || to_char(v_from AT TIME ZONE 'UTC', '${suffixFormat}');
          BEGIN
-           EXECUTE format('CREATE TABLE %I.%I (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMPRESSION)', v_schema, v_child, ${literal(t)});
+           EXECUTE format('CREATE TABLE %I.%I (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMPRESSION) WITH (fillfactor = ${KEY_TABLE_FILLFACTOR})', v_schema, v_child, ${literal(t)});
            EXECUTE format('ALTER TABLE %s ATTACH PARTITION %I.%I FOR VALUES FROM (%L) TO (%L)',
                           ${literal(t)}, v_schema, v_child, v_from, v_from + v_interval);
            v_made := v_made + 1;
@@ -435,28 +488,41 @@ function partitionStatusFunction(tableName: string): string {
 }
 
 /**
- * A plpgsql snippet (it needs `v_body record` declared) that gives every
+ * A plpgsql snippet (it needs `v_part record` declared) that gives every
  * partition of `t` the parent's storage and compression of stored bodies
- * (`responseBodyStorage`): pg_partman makes its partitions without them, and
- * setting them on the parent does not reach existing partitions. A partition
- * whose lock is not granted within the caller's `lock_timeout` keeps its
- * settings until the next upkeep.
+ * (`responseBodyStorage`), and the key table's fillfactor where a partition
+ * has none (KEY_TABLE_FILLFACTOR; a partitioned table has no fillfactor of
+ * its own to pass on, and an operator's choice on a partition stays):
+ * pg_partman makes its partitions without them, and setting them on the
+ * parent does not reach existing partitions. A partition whose lock is not
+ * granted within the caller's `lock_timeout` keeps its settings until the
+ * next upkeep.
  */
-function matchBodyStorageOfPartitions(t: string): string {
-  return `FOR v_body IN
-             SELECT i.inhrelid::regclass::text AS part, p.attstorage AS storage, p.attcompression AS compression
-               FROM pg_inherits i
-               JOIN pg_attribute a ON a.attrelid = i.inhrelid AND a.attname = 'response_body'
-               JOIN pg_attribute p ON p.attrelid = i.inhparent AND p.attname = 'response_body'
-              WHERE i.inhparent = ${literal(t)}::regclass
-                AND (a.attstorage, a.attcompression) IS DISTINCT FROM (p.attstorage, p.attcompression)
+function matchPartitionSettings(t: string): string {
+  return `FOR v_part IN
+             SELECT * FROM (
+               SELECT i.inhrelid::regclass::text AS part, p.attstorage AS storage, p.attcompression AS compression,
+                      (a.attstorage, a.attcompression) IS DISTINCT FROM (p.attstorage, p.attcompression) AS body_differs,
+                      NOT EXISTS (SELECT 1 FROM unnest(coalesce(c.reloptions, '{}')) o WHERE o LIKE 'fillfactor=%')
+                        AS fillfactor_unset
+                 FROM pg_inherits i
+                 JOIN pg_class c ON c.oid = i.inhrelid
+                 JOIN pg_attribute a ON a.attrelid = i.inhrelid AND a.attname = 'response_body'
+                 JOIN pg_attribute p ON p.attrelid = i.inhparent AND p.attname = 'response_body'
+                WHERE i.inhparent = ${literal(t)}::regclass) parts
+              WHERE parts.body_differs OR parts.fillfactor_unset
            LOOP
              BEGIN
-               EXECUTE format('ALTER TABLE %s ALTER COLUMN response_body SET STORAGE %s', v_body.part,
-                              CASE v_body.storage WHEN 'e' THEN 'EXTERNAL' WHEN 'm' THEN 'MAIN' WHEN 'p' THEN 'PLAIN'
-                                   ELSE 'EXTENDED' END);
-               IF v_body.compression = 'l' THEN
-                 EXECUTE format('ALTER TABLE %s ALTER COLUMN response_body SET COMPRESSION lz4', v_body.part);
+               IF v_part.body_differs THEN
+                 EXECUTE format('ALTER TABLE %s ALTER COLUMN response_body SET STORAGE %s', v_part.part,
+                                CASE v_part.storage WHEN 'e' THEN 'EXTERNAL' WHEN 'm' THEN 'MAIN' WHEN 'p' THEN 'PLAIN'
+                                     ELSE 'EXTENDED' END);
+                 IF v_part.compression = 'l' THEN
+                   EXECUTE format('ALTER TABLE %s ALTER COLUMN response_body SET COMPRESSION lz4', v_part.part);
+                 END IF;
+               END IF;
+               IF v_part.fillfactor_unset THEN
+                 EXECUTE format('ALTER TABLE %s SET (fillfactor = ${KEY_TABLE_FILLFACTOR})', v_part.part);
                END IF;
              EXCEPTION WHEN lock_not_available THEN
                NULL;
@@ -480,7 +546,7 @@ function registerPartitions(tableName: string, layout: PartitionLayout): string 
        v_partman text;
        v_registered boolean := false;
        v_want boolean := ${wantPartman};
-       v_body record;
+       v_part record;
      BEGIN
        SELECT n.nspname || '.' || c.relname INTO v_parent
          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = ${literal(t)}::regclass;
@@ -505,9 +571,9 @@ function registerPartitions(tableName: string, layout: PartitionLayout): string 
                  date_bin(${literal(layout.interval)}::interval, now(), TIMESTAMPTZ '2000-01-01 00:00:00+00')::text;
          EXECUTE format('UPDATE %s.part_config SET infinite_time_partitions = true, retention = NULL WHERE parent_table = $1',
                         v_partman) USING v_parent;
-         ${matchBodyStorageOfPartitions(t)}
+         ${matchPartitionSettings(t)}
        ELSIF NOT v_registered THEN
-         EXECUTE format('CREATE TABLE IF NOT EXISTS %s PARTITION OF %s DEFAULT',
+         EXECUTE format('CREATE TABLE IF NOT EXISTS %s PARTITION OF %s DEFAULT WITH (fillfactor = ${KEY_TABLE_FILLFACTOR})',
                         ${literal(quoteTableName(`${tableName}_default`))}, ${literal(t)});
          PERFORM ${partitionedFunction(t, 'make_partitions')}(NULL);
        END IF;
@@ -528,12 +594,14 @@ export function partitionedRetentionStatements(t: string) {
     /**
      * Rows that landed in the default partition (no partition covered their
      * time): deleted row by row like the plain sweeper does, in batches of
-     * $1, the expired ones only. `%s` is the default partition.
+     * $1, the expired ones only, found along the retention index (a row's
+     * bound is at most its expiry, or its lease where that ends later: such a
+     * row goes once its lease ended too). `%s` is the default partition.
      */
     sweepDefault: (defaultPartition: string) => `${sqlMarker('sweep-default-partition')}
       WITH doomed AS (
         SELECT tenant_id, key, created_at FROM ONLY ${defaultPartition} k
-         WHERE ${retainUntil('k')} <= now()
+         WHERE ${retentionBound('k')} <= now() AND ${retainUntil('k')} <= now()
          LIMIT $1
          FOR UPDATE SKIP LOCKED
       )
@@ -543,7 +611,8 @@ export function partitionedRetentionStatements(t: string) {
     /** Expired rows in the default partition, counted up to $1 (the health check's backlog). */
     countExpiredDefault: (defaultPartition: string) => `${sqlMarker('count-expired')}
       SELECT count(*)::integer AS expired FROM (
-        SELECT 1 FROM ONLY ${defaultPartition} k WHERE ${retainUntil('k')} <= now() LIMIT $1) AS backlog`,
+        SELECT 1 FROM ONLY ${defaultPartition} k
+         WHERE ${retentionBound('k')} <= now() AND ${retainUntil('k')} <= now() LIMIT $1) AS backlog`,
     /** The partitions as the health check sees them (see `partitionStatusFunction`); $1 bounds the default partition's count. */
     status: `${sqlMarker('partition-status')} SELECT * FROM ${partitionedFunction(t, 'partition_status')}($1)`,
   } as const;

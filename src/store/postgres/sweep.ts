@@ -45,7 +45,7 @@ export async function sweepExpiredKeys(
     )) as Array<{ locked: boolean }>;
     if (!locked) return { ran: false, deleted: 0, batches: 0, durationMs: Date.now() - started, restedMs: 0 };
     if (partitions) return await partitions.run(options);
-    // Where along the expires_at index the next batch starts (see sweepBatch).
+    // Where along the expiry_floor index the next batch starts (see sweepBatch).
     let after = '-infinity';
     const run = await deleteInPacedBatches(
       async () => {
