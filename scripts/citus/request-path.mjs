@@ -9,7 +9,10 @@ import { pipelined } from '../../.citus-build/store/postgres/pipelined.js';
 const url = process.env.CITUS_URL ?? 'postgres://postgres@127.0.0.1:9700/postgres';
 const table = process.env.KEY_TABLE ?? 'idempotency_keys';
 const statements = new KeyStatements(`"${table}"`, table, { preparedStatements: false, partitioned: process.env.PARTITIONED === '1' });
-const sql = statements.sql;
+import { citusKeyStatements } from '../../.citus-build/store/citus/citus.sql.js';
+const citus = process.env.CITUS_STATEMENTS === '1';
+const sql = citus ? { ...statements.sql, ...citusKeyStatements(`"${table}"`) } : statements.sql;
+if (citus) console.log('(the Citus statements: key writes through delegated functions)');
 
 export async function connect(name) {
   const client = new pg.Client(url);
@@ -110,6 +113,15 @@ const scenarios = {
     await send(c, 'forget', w(sql.forget, [r.tenant, r.key, r.ownerToken]));
     await send(c, 'endLease (board)', w(sql.endLease, [r.tenant, r.ownerToken]));
     await send(c, 'holdKeyLock (REPEATABLE READ work)', [{ text: 'START TRANSACTION' }, { text: sql.holdKeyLock, values: [r.tenant, r.key] }, { text: 'ROLLBACK' }]);
+    const r3 = request('tenant-c', 'kw-' + randomUUID());
+    await send(c, 'claim, then a takeover after the lease (attempt 2)', [{ text: BEGIN_READ_COMMITTED }, statements.claim({ ...r3, leaseMs: 1 }, 'claim', null), { text: 'COMMIT' }]);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    const r3b = { ...r3, ownerToken: randomUUID() };
+    await send(c, 'takeover', [{ text: BEGIN_READ_COMMITTED }, statements.claim(r3b, 'claim', null), { text: 'COMMIT' }]);
+    await send(c, 'recordPhase of the takeover', w(sql.recordPhase, [r3b.tenant, r3b.key, r3b.ownerToken, 'p1', '{"p1":1}', 30000]));
+    await send(c, 'the first owner completes: fenced (NI409)', [{ text: 'START TRANSACTION' }, statements.completion(r3, response, r3.ttlMs, false), { text: 'COMMIT' }]);
+    await send(c, 'release of the takeover (history kept: lease ended, new token)', w(sql.release, [r3b.tenant, r3b.key, r3b.ownerToken]));
+    await send(c, 'the key after the release', [{ text: 'SELECT attempt, recovery_point, lease_expires_at <= now() AS lease_ended, owner_token = $3::uuid AS same_token FROM idempotency_keys WHERE tenant_id = $1 AND key = $2', values: [r3b.tenant, r3b.key, r3b.ownerToken] }]);
     await c.end();
   },
   // sweep.ts: the lock (literals, on its own connection), then batches on another

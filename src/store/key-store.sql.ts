@@ -150,6 +150,25 @@ export function keyStoreFunctionNames(tableName: string): string[] {
 export const FENCE_LOST_SQLSTATE = 'NI409';
 
 /**
+ * Where the key table's functions run. `'postgres'` (the default): one server, the texts as they always were.
+ * `'citus'`: the table is distributed by tenant and the functions are delegated to the worker holding the
+ * tenant's shard (`create_distributed_function`, see src/store/citus/). There Citus still plans each statement
+ * of the function against the distributed table and refuses a STABLE function (`now()`) in `ON CONFLICT DO
+ * UPDATE` ("must be marked IMMUTABLE") and a VOLATILE one (`clock_timestamp()`, `gen_random_uuid()`) in an
+ * `UPDATE` ("must not be VOLATILE"); so the Citus texts read the clocks once into variables and use those.
+ * `now()` is the transaction's start whichever way it is read, so `v_now` is the same value; `v_clock` is read
+ * at the function's start instead of during its statement (microseconds earlier).
+ */
+export type FunctionDialect = 'postgres' | 'citus';
+
+/** The clock expressions a DML statement of a key function uses, and the variables the Citus texts declare. */
+export function dialectClocks(dialect: FunctionDialect): { now: string; clock: string; declare: string } {
+  return dialect === 'citus'
+    ? { now: 'v_now', clock: 'v_clock', declare: 'v_now timestamptz := now();\n       v_clock timestamptz := clock_timestamp();' }
+    : { now: 'now()', clock: 'clock_timestamp()', declare: '' };
+}
+
+/**
  * The functions the claim and the completion call, created by the key
  * table's migration after the table. PL/pgSQL caches the plans of its
  * statements per connection, so a call costs a short parse and the plan is
@@ -167,8 +186,8 @@ export const FENCE_LOST_SQLSTATE = 'NI409';
  *
  * @param tableName the key table, possibly schema-qualified
  */
-export function keyStoreFunctions(tableName: string): string[] {
-  return [claimFunction(tableName), ...completionFunctions(tableName)];
+export function keyStoreFunctions(tableName: string, dialect: FunctionDialect = 'postgres'): string[] {
+  return [claimFunction(tableName, dialect), ...completionFunctions(tableName, dialect)];
 }
 
 /**
@@ -189,13 +208,14 @@ export const CLAIM_FUNCTION_SIGNATURE = `(
 export const KEY_FUNCTIONS_VERSION = 'nest-idempotency-pg key functions 2';
 
 /** The plain table's claim function (see `keyStoreFunctions`): claim mode `separate`, and takeovers. */
-function claimFunction(tableName: string): string {
+function claimFunction(tableName: string, dialect: FunctionDialect = 'postgres'): string {
   const t = quoteTableName(tableName);
+  const { now, declare } = dialectClocks(dialect);
   return `CREATE OR REPLACE FUNCTION ${fn(t, 'claim')}${CLAIM_FUNCTION_SIGNATURE}
      LANGUAGE plpgsql AS $fn$
      -- ${KEY_FUNCTIONS_VERSION}
      DECLARE
-       r ${t}%ROWTYPE;
+       r ${t}%ROWTYPE;${declare ? `\n       ${declare}` : ''}
      BEGIN
        FOR i IN 1..3 LOOP
          SELECT * INTO r FROM ${t} k WHERE k.tenant_id = p_tenant AND k.key = p_key;
@@ -226,28 +246,28 @@ function claimFunction(tableName: string): string {
            INSERT INTO ${t} AS k
              (tenant_id, key, fingerprint, status, owner_token, generation, attempt, lease_expires_at, expires_at, created_at)
            VALUES (p_tenant, p_key, p_fingerprint, 'in_flight', p_owner, p_owner, 1,
-                   now() + interval '1 millisecond' * p_lease_ms, now() + interval '1 millisecond' * p_ttl_ms, now())
+                   ${now} + interval '1 millisecond' * p_lease_ms, ${now} + interval '1 millisecond' * p_ttl_ms, ${now})
            ON CONFLICT (tenant_id, key) DO UPDATE SET
              fingerprint = EXCLUDED.fingerprint,
              status = 'in_flight',
              owner_token = EXCLUDED.owner_token,
-             attempt = CASE WHEN k.expires_at <= now() THEN 1 ELSE k.attempt + 1 END,
+             attempt = CASE WHEN k.expires_at <= ${now} THEN 1 ELSE k.attempt + 1 END,
              -- Downstream keys derive from the generation: the same for a takeover (it finishes the
              -- same work), new for a key reused after it expired (new work).
-             generation = CASE WHEN k.expires_at <= now() THEN EXCLUDED.generation
+             generation = CASE WHEN k.expires_at <= ${now} THEN EXCLUDED.generation
                                ELSE coalesce(k.generation, EXCLUDED.generation) END,
              lease_expires_at = EXCLUDED.lease_expires_at,
              expires_at = EXCLUDED.expires_at,
-             created_at = now(),
+             created_at = ${now},
              completed_at = NULL,
              response_status = NULL,
              response_headers = NULL,
              response_body = NULL,
              -- A takeover resumes the phases its predecessor recorded; a fresh claim of an expired key starts over.
-             recovery_point = CASE WHEN k.expires_at <= now() THEN NULL ELSE k.recovery_point END,
-             phase_results = CASE WHEN k.expires_at <= now() THEN NULL ELSE k.phase_results END
-           WHERE NOT (k.status = 'in_flight' AND k.lease_expires_at > now())
-             AND (k.expires_at <= now() OR (k.status = 'in_flight' AND k.fingerprint = EXCLUDED.fingerprint))
+             recovery_point = CASE WHEN k.expires_at <= ${now} THEN NULL ELSE k.recovery_point END,
+             phase_results = CASE WHEN k.expires_at <= ${now} THEN NULL ELSE k.phase_results END
+           WHERE NOT (k.status = 'in_flight' AND k.lease_expires_at > ${now})
+             AND (k.expires_at <= ${now} OR (k.status = 'in_flight' AND k.fingerprint = EXCLUDED.fingerprint))
            RETURNING 'claimed'::text, k.attempt, k.generation::text, NULL::integer,
                      NULL::integer, NULL::jsonb, NULL::bytea, k.recovery_point, k.phase_results;
          IF FOUND THEN
@@ -303,18 +323,20 @@ export const WAIT_FOR_KEY_LOCK = `BEGIN
  * the same on the plain and the partitioned table (where it finds the row in
  * whichever partition holds it).
  */
-export function completionFunctions(tableName: string): string[] {
+export function completionFunctions(tableName: string, dialect: FunctionDialect = 'postgres'): string[] {
   const t = quoteTableName(tableName);
+  const { now, clock, declare } = dialectClocks(dialect);
+  const declareBlock = declare ? `DECLARE\n       ${declare}\n     ` : '';
   return [
     `CREATE OR REPLACE FUNCTION ${fn(t, 'complete')}(
        p_tenant text, p_key text, p_owner uuid, p_status integer, p_headers jsonb, p_body bytea, p_ttl_ms float8)
      RETURNS boolean
      LANGUAGE plpgsql AS $fn$
-     BEGIN
+     ${declareBlock}BEGIN
        -- Inside the work's transaction, whose now() is when it began: the TTL counts from this write instead.
        UPDATE ${t}
           SET status = 'completed', response_status = p_status, response_headers = p_headers, response_body = p_body,
-              completed_at = clock_timestamp(), expires_at = clock_timestamp() + interval '1 millisecond' * p_ttl_ms
+              completed_at = ${clock}, expires_at = ${clock} + interval '1 millisecond' * p_ttl_ms
         WHERE tenant_id = p_tenant AND key = p_key AND owner_token = p_owner AND status = 'in_flight';
        RETURN FOUND;
      END
@@ -384,20 +406,20 @@ export function completionFunctions(tableName: string): string[] {
        p_ttl_ms float8)
      RETURNS boolean
      LANGUAGE plpgsql AS $fn$
-     BEGIN
+     ${declareBlock}BEGIN
        INSERT INTO ${t} AS k
          (tenant_id, key, fingerprint, status, owner_token, generation, attempt, lease_expires_at, expires_at, created_at,
           completed_at, response_status, response_headers, response_body)
-       VALUES (p_tenant, p_key, p_fingerprint, 'completed', p_owner, p_owner, 1, now(),
-               clock_timestamp() + interval '1 millisecond' * p_ttl_ms, now(), clock_timestamp(), p_status, p_headers, p_body)
+       VALUES (p_tenant, p_key, p_fingerprint, 'completed', p_owner, p_owner, 1, ${now},
+               ${clock} + interval '1 millisecond' * p_ttl_ms, ${now}, ${clock}, p_status, p_headers, p_body)
        ON CONFLICT (tenant_id, key) DO UPDATE SET
          status = 'completed',
          fingerprint = EXCLUDED.fingerprint,
          owner_token = EXCLUDED.owner_token,
          generation = CASE WHEN k.owner_token = EXCLUDED.owner_token THEN k.generation ELSE EXCLUDED.generation END,
          attempt = CASE WHEN k.owner_token = EXCLUDED.owner_token THEN k.attempt ELSE 1 END,
-         created_at = CASE WHEN k.owner_token = EXCLUDED.owner_token THEN k.created_at ELSE now() END,
-         lease_expires_at = now(),
+         created_at = CASE WHEN k.owner_token = EXCLUDED.owner_token THEN k.created_at ELSE ${now} END,
+         lease_expires_at = ${now},
          expires_at = EXCLUDED.expires_at,
          completed_at = EXCLUDED.completed_at,
          response_status = EXCLUDED.response_status,
@@ -406,7 +428,7 @@ export function completionFunctions(tableName: string): string[] {
          recovery_point = NULL,
          phase_results = NULL
        WHERE (k.owner_token = EXCLUDED.owner_token AND k.status = 'in_flight')
-          OR (k.expires_at <= now() AND NOT (k.status = 'in_flight' AND k.lease_expires_at > now()));
+          OR (k.expires_at <= ${now} AND NOT (k.status = 'in_flight' AND k.lease_expires_at > ${now}));
        IF NOT FOUND THEN
          RAISE EXCEPTION 'the idempotency key is no longer this attempt''s' USING ERRCODE = '${FENCE_LOST_SQLSTATE}';
        END IF;
