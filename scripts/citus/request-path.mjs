@@ -14,8 +14,8 @@ const citus = process.env.CITUS_STATEMENTS === '1';
 const sql = citus ? { ...statements.sql, ...citusKeyStatements(`"${table}"`) } : statements.sql;
 if (citus) console.log('(the Citus statements: key writes through delegated functions)');
 
-export async function connect(name) {
-  const client = new pg.Client(url);
+export async function connect(name, at = url) {
+  const client = new pg.Client(at);
   client.notices = [];
   client.on('notice', (n) => {
     if (n.message.startsWith('issuing ')) {
@@ -98,6 +98,15 @@ const scenarios = {
     await send(c, 'completion and COMMIT', [statements.completion(r, response, r.ttlMs, true), { text: 'COMMIT' }]);
     await send(c, 'replay', [{ text: 'START TRANSACTION' }, statements.claim({ ...r, ownerToken: randomUUID() }, 'claim_in_transaction', 5000), { text: `SAVEPOINT ${WORK_SAVEPOINT}` }]);
     await send(c, '(rollback)', [{ text: 'ROLLBACK' }]);
+    const t = request('tenant-b', 'rt-' + randomUUID(), { leaseMs: 1 });
+    await send(c, 'a separate claim whose lease lapses', [{ text: BEGIN_READ_COMMITTED }, statements.claim(t, 'claim', null), { text: 'COMMIT' }]);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    const t2 = { ...t, ownerToken: randomUUID(), leaseMs: 30000 };
+    await send(c, 'request-transaction takeover (claim_in_transaction calls claim on the worker)', [
+      { text: 'START TRANSACTION' }, statements.claim(t2, 'claim_in_transaction', 5000), { text: `SAVEPOINT ${WORK_SAVEPOINT}` }]);
+    await send(c, 'its completion (complete_in_transaction completes its own in-flight row) and COMMIT', [
+      insertCharge(t2.tenant), statements.completion(t2, response, t2.ttlMs, true), { text: 'COMMIT' }]);
+    await send(c, 'the key', [{ text: 'SELECT status, attempt, owner_token = $3::uuid AS mine FROM idempotency_keys WHERE tenant_id = $1 AND key = $2', values: [t2.tenant, t2.key, t2.ownerToken] }]);
     await c.end();
   },
   // the key's other statements (postgres-idempotency.store.ts): renewals, phases, releases, the board's release

@@ -161,11 +161,43 @@ export const FENCE_LOST_SQLSTATE = 'NI409';
  */
 export type FunctionDialect = 'postgres' | 'citus';
 
-/** The clock expressions a DML statement of a key function uses, and the variables the Citus texts declare. */
-export function dialectClocks(dialect: FunctionDialect): { now: string; clock: string; declare: string } {
+/** SQLSTATE a delegated key function raises when it runs on a node that does not hold the tenant's shard (Citus). */
+export const NOT_DELEGATED_SQLSTATE = 'NI503';
+
+/**
+ * A plpgsql guard for the Citus dialect: the tenant's shard of the key table is on this node (Citus's metadata
+ * cache, no table scan). Citus runs a distributed function on the node that received the call, silently,
+ * whenever it cannot delegate it (an argument that is not a constant or a parameter, "arguments in a
+ * distributed function must be constant expressions" at DEBUG1): the key's lock would then be taken on that
+ * node instead of the shard's, and the claims of one key would no longer exclude each other.
+ */
+export function delegatedGuard(tableName: string): string {
+  const literal = `'${quoteTableName(tableName).replace(/'/g, "''")}'`;
+  return `IF NOT EXISTS (SELECT 1 FROM pg_dist_placement p
+                         WHERE p.shardid = get_shard_id_for_distribution_column(${literal}::regclass, p_tenant)
+                           AND p.groupid = (SELECT groupid FROM pg_dist_local_group)) THEN
+         RAISE EXCEPTION 'a key function of % ran on a node without the tenant''s shard (the call was not delegated)', ${literal}
+           USING ERRCODE = '${NOT_DELEGATED_SQLSTATE}',
+                 HINT = 'create_distributed_function(..., ''p_tenant'', colocate_with => ..., force_delegation => true), and call it with constant or parameter arguments';
+       END IF;`;
+}
+
+/**
+ * What a key function's text differs by between the dialects: the clock expressions its DML statements use,
+ * the variables the Citus texts declare, and the Citus texts' delegation guard (first statement of the body).
+ */
+export function dialectParts(
+  dialect: FunctionDialect,
+  tableName: string,
+): { now: string; clock: string; declare: string; guard: string } {
   return dialect === 'citus'
-    ? { now: 'v_now', clock: 'v_clock', declare: 'v_now timestamptz := now();\n       v_clock timestamptz := clock_timestamp();' }
-    : { now: 'now()', clock: 'clock_timestamp()', declare: '' };
+    ? {
+        now: 'v_now',
+        clock: 'v_clock',
+        declare: 'v_now timestamptz := now();\n       v_clock timestamptz := clock_timestamp();',
+        guard: `${delegatedGuard(tableName)}\n       `,
+      }
+    : { now: 'now()', clock: 'clock_timestamp()', declare: '', guard: '' };
 }
 
 /**
@@ -210,14 +242,14 @@ export const KEY_FUNCTIONS_VERSION = 'nest-idempotency-pg key functions 2';
 /** The plain table's claim function (see `keyStoreFunctions`): claim mode `separate`, and takeovers. */
 function claimFunction(tableName: string, dialect: FunctionDialect = 'postgres'): string {
   const t = quoteTableName(tableName);
-  const { now, declare } = dialectClocks(dialect);
+  const { now, declare, guard } = dialectParts(dialect, tableName);
   return `CREATE OR REPLACE FUNCTION ${fn(t, 'claim')}${CLAIM_FUNCTION_SIGNATURE}
      LANGUAGE plpgsql AS $fn$
      -- ${KEY_FUNCTIONS_VERSION}
      DECLARE
        r ${t}%ROWTYPE;${declare ? `\n       ${declare}` : ''}
      BEGIN
-       FOR i IN 1..3 LOOP
+       ${guard}FOR i IN 1..3 LOOP
          SELECT * INTO r FROM ${t} k WHERE k.tenant_id = p_tenant AND k.key = p_key;
          IF FOUND THEN
            IF r.status = 'in_flight' AND r.lease_expires_at > now() THEN
@@ -325,7 +357,7 @@ export const WAIT_FOR_KEY_LOCK = `BEGIN
  */
 export function completionFunctions(tableName: string, dialect: FunctionDialect = 'postgres'): string[] {
   const t = quoteTableName(tableName);
-  const { now, clock, declare } = dialectClocks(dialect);
+  const { now, clock, declare, guard } = dialectParts(dialect, tableName);
   const declareBlock = declare ? `DECLARE\n       ${declare}\n     ` : '';
   return [
     `CREATE OR REPLACE FUNCTION ${fn(t, 'complete')}(
@@ -333,7 +365,7 @@ export function completionFunctions(tableName: string, dialect: FunctionDialect 
      RETURNS boolean
      LANGUAGE plpgsql AS $fn$
      ${declareBlock}BEGIN
-       -- Inside the work's transaction, whose now() is when it began: the TTL counts from this write instead.
+       ${guard}-- Inside the work's transaction, whose now() is when it began: the TTL counts from this write instead.
        UPDATE ${t}
           SET status = 'completed', response_status = p_status, response_headers = p_headers, response_body = p_body,
               completed_at = ${clock}, expires_at = ${clock} + interval '1 millisecond' * p_ttl_ms
@@ -364,7 +396,7 @@ export function completionFunctions(tableName: string, dialect: FunctionDialect 
        v_lock bigint := ${keyLock(tableName)};
        v_lock_timeout text := current_setting('lock_timeout');
      BEGIN
-       FOR i IN 1..2 LOOP
+       ${guard}FOR i IN 1..2 LOOP
          SELECT * INTO r FROM ${t} k WHERE k.tenant_id = p_tenant AND k.key = p_key;
          v_found := FOUND;
          IF v_found AND r.status = 'in_flight' AND r.lease_expires_at > now() THEN
@@ -407,7 +439,7 @@ export function completionFunctions(tableName: string, dialect: FunctionDialect 
      RETURNS boolean
      LANGUAGE plpgsql AS $fn$
      ${declareBlock}BEGIN
-       INSERT INTO ${t} AS k
+       ${guard}INSERT INTO ${t} AS k
          (tenant_id, key, fingerprint, status, owner_token, generation, attempt, lease_expires_at, expires_at, created_at,
           completed_at, response_status, response_headers, response_body)
        VALUES (p_tenant, p_key, p_fingerprint, 'completed', p_owner, p_owner, 1, ${now},

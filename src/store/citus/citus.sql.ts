@@ -1,5 +1,7 @@
 import { quoteTableName } from '../identifiers.js';
-import { keyLock, keyStoreFunction, keyStoreFunctions } from '../key-store.sql.js';
+import { delegatedGuard, keyLock, keyStoreFunction, keyStoreFunctions } from '../key-store.sql.js';
+
+export { delegatedGuard, NOT_DELEGATED_SQLSTATE } from '../key-store.sql.js';
 import { sqlMarker } from '../redacting-logger.js';
 
 /**
@@ -29,24 +31,6 @@ export type CitusKeyFunction = 'renew_lease' | 'record_phase' | 'release' | 'end
 
 export function citusKeyFunction(quotedTable: string, name: CitusKeyFunction): string {
   return `${quotedTable.slice(0, -1)}_${name}"`;
-}
-
-/** SQLSTATE a delegated function raises when it runs on a node that does not hold the tenant's shard. */
-export const NOT_DELEGATED_SQLSTATE = 'NI503';
-
-/**
- * A plpgsql guard: the tenant's shard of `t` is on this node. Reads Citus's metadata cache (no table scan).
- * Raised as an error, so the statement fails rather than taking the key's lock on the wrong node.
- */
-export function delegatedGuard(tableName: string): string {
-  const literal = `'${quoteTableName(tableName).replace(/'/g, "''")}'`;
-  return `IF NOT EXISTS (SELECT 1 FROM pg_dist_placement p
-                         WHERE p.shardid = get_shard_id_for_distribution_column(${literal}::regclass, p_tenant)
-                           AND p.groupid = (SELECT groupid FROM pg_dist_local_group)) THEN
-         RAISE EXCEPTION 'a key function of % ran on a node without the tenant''s shard (the call was not delegated)', ${literal}
-           USING ERRCODE = '${NOT_DELEGATED_SQLSTATE}',
-                 HINT = 'create_distributed_function(..., ''p_tenant'', colocate_with => ..., force_delegation => true), and call it with constant or parameter arguments';
-       END IF;`;
 }
 
 /**
