@@ -71,3 +71,32 @@ if (want('board')) {
   for (let i = 0; i < cap.sent.length; i += 2) await send(c, names[i / 2], [{ text: 'BEGIN' }, cap.sent[i], cap.sent[i + 1], { text: 'COMMIT' }]);
   await c.end();
 }
+
+// The relay on Citus (a proposal): find the tenants with due messages (a multi-shard read without locks), then
+// claim per tenant with the store's own statement plus `tenant_id = $5` (a router query, where Citus allows FOR
+// UPDATE SKIP LOCKED), and settle with the tenant in the WHERE clause (router, no two-phase commit).
+if (only.includes('outbox-citus')) {
+  const cap = capturing();
+  const outbox = new OutboxStore(cap.dataSource, 'outbox_messages');
+  await outbox.claim(10, 30000, randomUUID(), 5);
+  const claimSql = cap.sent[0].text
+    .replace('ORDER BY available_at, id', 'AND tenant_id = $5\n          ORDER BY available_at, id')
+    .replace('WHERE m.id = due.id', 'WHERE m.id = due.id AND m.tenant_id = $5');
+  const c = await connect('outbox on Citus');
+  await send(c, 'enqueue three messages per tenant', [{ text: `INSERT INTO outbox_messages (tenant_id, topic, payload)
+    SELECT 'tenant-' || (ARRAY['a','b','c'])[1 + i % 3], 'charge.created', '{}' FROM generate_series(1, 9) i` }]);
+  const [due] = await send(c, 'tenants with due messages (no lock)', [{ text: `/* nest-idempotency:outbox-due-tenants */
+    SELECT DISTINCT tenant_id FROM outbox_messages
+     WHERE status = 'pending' AND available_at <= now() AND (locked_until IS NULL OR locked_until <= now()) LIMIT $1`, values: [100] }]);
+  const token = randomUUID();
+  const d = await connect('a second relay');
+  const [, held] = await send(c, 'relay 1 claims tenant-b in an open transaction (to show SKIP LOCKED)', [{ text: 'BEGIN' }, { text: claimSql, values: [2, token, 30000, 5, 'tenant-b'] }]);
+  await send(d, 'relay 2 claims tenant-b meanwhile: skips the locked rows', [{ text: claimSql, values: [10, randomUUID(), 30000, 5, 'tenant-b'] }]);
+  await send(c, 'relay 1 commits', [{ text: 'COMMIT' }]);
+  for (const { tenant_id: tenant } of due.rows ?? []) {
+    await send(c, `claim of ${tenant}`, [{ text: claimSql, values: [10, token, 30000, 5, tenant] }]);
+  }
+  await send(c, 'markDelivered with the tenant (router)', [{ text: `UPDATE outbox_messages SET status = 'delivered', delivered_at = now(), locked_until = NULL, last_error = NULL
+      WHERE id = $1 AND lock_token = $2 AND status = 'pending' AND tenant_id = $3`, values: [held.rows?.[0]?.id ?? '0', token, 'tenant-b'] }]);
+  await c.end(); await d.end();
+}
