@@ -7,5 +7,5 @@ npx tsc --ignoreConfig --outDir .citus-build --rootDir src --module nodenext --m
   --skipLibCheck --experimentalDecorators --emitDecoratorMetadata --esModuleInterop --types node \
   src/store/sql.ts src/store/key-store.sql.ts src/ledger/effect-ledger.sql.ts \
   src/store/partitioned/partitioned-key-table.sql.ts src/outbox/outbox.store.ts src/board/board.queries.ts \
-  src/store/postgres/statements.ts src/store/postgres/pipelined.ts src/store/citus/citus.sql.ts
+  src/store/postgres/statements.ts src/store/postgres/pipelined.ts src/store/citus/citus.sql.ts src/store/citus/citus-layout-check.ts
 echo '{"type":"module"}' > .citus-build/package.json

@@ -473,7 +473,7 @@ export function completionFunctions(tableName: string, dialect: FunctionDialect 
      RETURNS boolean
      LANGUAGE plpgsql AS $fn$
      BEGIN
-       IF NOT ${fn(t, 'complete')}(p_tenant, p_key, p_owner, p_status, p_headers, p_body, p_ttl_ms) THEN
+       ${guard}IF NOT ${fn(t, 'complete')}(p_tenant, p_key, p_owner, p_status, p_headers, p_body, p_ttl_ms) THEN
          RAISE EXCEPTION 'the idempotency key is no longer this attempt''s' USING ERRCODE = '${FENCE_LOST_SQLSTATE}';
        END IF;
        RETURN true;
