@@ -189,15 +189,19 @@ export function delegatedGuard(tableName: string): string {
 export function dialectParts(
   dialect: FunctionDialect,
   tableName: string,
-): { now: string; clock: string; declare: string; guard: string } {
+): { now: string; clock: string; declare: string; guard: string; attributes: string } {
   return dialect === 'citus'
     ? {
+        // A delegated function runs on the worker's connection, whose search_path is the worker's default, not the
+        // app's: an unqualified table name there reached public.idempotency_keys instead of the app's schema's table.
+        // The function keeps the search_path it was created with (the app's: run the distribution with it).
+        attributes: ' SET search_path FROM CURRENT',
         now: 'v_now',
         clock: 'v_clock',
         declare: 'v_now timestamptz := now();\n       v_clock timestamptz := clock_timestamp();',
         guard: `${delegatedGuard(tableName)}\n       `,
       }
-    : { now: 'now()', clock: 'clock_timestamp()', declare: '', guard: '' };
+    : { now: 'now()', clock: 'clock_timestamp()', declare: '', guard: '', attributes: '' };
 }
 
 /**
@@ -242,9 +246,9 @@ export const KEY_FUNCTIONS_VERSION = 'nest-idempotency-pg key functions 2';
 /** The plain table's claim function (see `keyStoreFunctions`): claim mode `separate`, and takeovers. */
 function claimFunction(tableName: string, dialect: FunctionDialect = 'postgres'): string {
   const t = quoteTableName(tableName);
-  const { now, declare, guard } = dialectParts(dialect, tableName);
+  const { now, declare, guard, attributes } = dialectParts(dialect, tableName);
   return `CREATE OR REPLACE FUNCTION ${fn(t, 'claim')}${CLAIM_FUNCTION_SIGNATURE}
-     LANGUAGE plpgsql AS $fn$
+     LANGUAGE plpgsql${attributes} AS $fn$
      -- ${KEY_FUNCTIONS_VERSION}
      DECLARE
        r ${t}%ROWTYPE;${declare ? `\n       ${declare}` : ''}
@@ -357,13 +361,13 @@ export const WAIT_FOR_KEY_LOCK = `BEGIN
  */
 export function completionFunctions(tableName: string, dialect: FunctionDialect = 'postgres'): string[] {
   const t = quoteTableName(tableName);
-  const { now, clock, declare, guard } = dialectParts(dialect, tableName);
+  const { now, clock, declare, guard, attributes } = dialectParts(dialect, tableName);
   const declareBlock = declare ? `DECLARE\n       ${declare}\n     ` : '';
   return [
     `CREATE OR REPLACE FUNCTION ${fn(t, 'complete')}(
        p_tenant text, p_key text, p_owner uuid, p_status integer, p_headers jsonb, p_body bytea, p_ttl_ms float8)
      RETURNS boolean
-     LANGUAGE plpgsql AS $fn$
+     LANGUAGE plpgsql${attributes} AS $fn$
      ${declareBlock}BEGIN
        ${guard}-- Inside the work's transaction, whose now() is when it began: the TTL counts from this write instead.
        UPDATE ${t}
@@ -388,7 +392,7 @@ export function completionFunctions(tableName: string, dialect: FunctionDialect 
     // misses and fails with a serialization failure (40001), and the store starts the transaction again, with a
     // snapshot that sees that row (a replay, then read without the lock).
     `CREATE OR REPLACE FUNCTION ${fn(t, 'claim_in_transaction')}${CLAIM_FUNCTION_SIGNATURE}
-     LANGUAGE plpgsql AS $fn$
+     LANGUAGE plpgsql${attributes} AS $fn$
      -- ${KEY_FUNCTIONS_VERSION}
      DECLARE
        r ${t}%ROWTYPE;
@@ -437,7 +441,7 @@ export function completionFunctions(tableName: string, dialect: FunctionDialect 
        p_tenant text, p_key text, p_fingerprint text, p_owner uuid, p_status integer, p_headers jsonb, p_body bytea,
        p_ttl_ms float8)
      RETURNS boolean
-     LANGUAGE plpgsql AS $fn$
+     LANGUAGE plpgsql${attributes} AS $fn$
      ${declareBlock}BEGIN
        ${guard}INSERT INTO ${t} AS k
          (tenant_id, key, fingerprint, status, owner_token, generation, attempt, lease_expires_at, expires_at, created_at,
@@ -471,7 +475,7 @@ export function completionFunctions(tableName: string, dialect: FunctionDialect 
     `CREATE OR REPLACE FUNCTION ${fn(t, 'complete_or_raise')}(
        p_tenant text, p_key text, p_owner uuid, p_status integer, p_headers jsonb, p_body bytea, p_ttl_ms float8)
      RETURNS boolean
-     LANGUAGE plpgsql AS $fn$
+     LANGUAGE plpgsql${attributes} AS $fn$
      BEGIN
        ${guard}IF NOT ${fn(t, 'complete')}(p_tenant, p_key, p_owner, p_status, p_headers, p_body, p_ttl_ms) THEN
          RAISE EXCEPTION 'the idempotency key is no longer this attempt''s' USING ERRCODE = '${FENCE_LOST_SQLSTATE}';

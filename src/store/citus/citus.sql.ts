@@ -44,7 +44,7 @@ export function citusExtraFunctions(tableName: string): string[] {
   const guard = delegatedGuard(tableName);
   return [
     `CREATE OR REPLACE FUNCTION ${f('renew_lease')}(p_tenant text, p_key text, p_owner uuid, p_lease_ms float8)
-     RETURNS integer LANGUAGE plpgsql AS $fn$
+     RETURNS integer LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
      DECLARE
        v_clock timestamptz := clock_timestamp();
        n integer;
@@ -58,7 +58,7 @@ export function citusExtraFunctions(tableName: string): string[] {
      $fn$`,
     `CREATE OR REPLACE FUNCTION ${f('record_phase')}(
        p_tenant text, p_key text, p_owner uuid, p_recovery_point text, p_results text, p_lease_ms float8)
-     RETURNS integer LANGUAGE plpgsql AS $fn$
+     RETURNS integer LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
      DECLARE
        v_clock timestamptz := clock_timestamp();
        n integer;
@@ -74,7 +74,7 @@ export function citusExtraFunctions(tableName: string): string[] {
      $fn$`,
     // The store's release statement (a CTE of a DELETE and an UPDATE with disjoint conditions), as two statements.
     `CREATE OR REPLACE FUNCTION ${f('release')}(p_tenant text, p_key text, p_owner uuid)
-     RETURNS integer LANGUAGE plpgsql AS $fn$
+     RETURNS integer LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
      DECLARE
        v_now timestamptz := now();
        v_token uuid := gen_random_uuid();
@@ -94,7 +94,7 @@ export function citusExtraFunctions(tableName: string): string[] {
      END
      $fn$`,
     `CREATE OR REPLACE FUNCTION ${f('end_lease')}(p_tenant text, p_owner uuid)
-     RETURNS text LANGUAGE plpgsql AS $fn$
+     RETURNS text LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
      DECLARE
        v_now timestamptz := now();
        v_token uuid := gen_random_uuid();
@@ -108,7 +108,7 @@ export function citusExtraFunctions(tableName: string): string[] {
      END
      $fn$`,
     `CREATE OR REPLACE FUNCTION ${f('hold_key_lock')}(p_tenant text, p_key text)
-     RETURNS boolean LANGUAGE plpgsql AS $fn$
+     RETURNS boolean LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
      BEGIN
        ${guard}
        RETURN pg_try_advisory_xact_lock(${keyLock(tableName)});
