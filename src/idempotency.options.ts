@@ -204,6 +204,13 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
    * once nothing in them is live, instead of deleting rows. Default `false`.
    */
   partitioned?: boolean;
+  /**
+   * PROTOTYPE (issue 31): the key table is distributed on a Citus cluster (`distributeIdempotencyTablesStatements`):
+   * the store sends its key writes outside the claim and the completion (renewals, phases, releases, the board's
+   * release, the key lock of a REPEATABLE READ attempt) through the functions delegated to the tenant's worker.
+   * Default `false`.
+   */
+  citus?: boolean;
   /** Seconds in the `Retry-After` of a 503 when the store cannot be reached. Default 5. */
   unavailableRetryAfter?: number;
   /**
@@ -266,6 +273,7 @@ export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
   replayHeaders: ReadonlySet<string>;
   tableName: string;
   partitioned: boolean;
+  citus: boolean;
   unavailableRetryAfter: number;
   preparedStatements: boolean;
   reservedConnections: number;

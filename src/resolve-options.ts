@@ -69,6 +69,7 @@ export function resolveIdempotencyOptions(options: IdempotencyModuleOptions | un
     replayHeaders,
     tableName,
     partitioned: booleanOption(options.partitioned ?? false, 'partitioned'),
+    citus: booleanOption(options.citus ?? false, 'citus'),
     unavailableRetryAfter,
     preparedStatements: booleanOption(options.preparedStatements ?? false, 'preparedStatements'),
     telemetry: booleanOption(options.telemetry ?? true, 'telemetry'),
