@@ -421,8 +421,6 @@ export async function startTestApp(
         sweep: false,
         replayHeaders: ['X-Custom-Replayed'],
         ...keyTableOptions(),
-        // PROTOTYPE (issue 31): the cluster layout of CITUS_TEST=1 (see database.ts).
-        ...(process.env.CITUS_TEST === '1' ? { citus: true } : {}),
         ...options,
       }),
     ],

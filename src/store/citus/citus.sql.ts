@@ -196,9 +196,15 @@ export function distributeIdempotencyTablesStatements(layout: CitusLayout): stri
  * functions instead of UPDATEs the coordinator refuses, and of `hold_key_lock` instead of a lock the
  * coordinator would take on itself. `affected` becomes the function's answer (`n`, `released`, `key`).
  */
-export function citusKeyStatements(t: string) {
+export function citusKeyStatements(t: string, sweepBatch?: string) {
   const c = (name: CitusKeyFunction) => citusKeyFunction(t, name);
   return {
+    // The sweep's batch without FOR UPDATE SKIP LOCKED, which Citus runs only in single-shard queries ("could not
+    // run distributed query with FOR UPDATE/SHARE commands"). Citus plans the doomed CTE (ORDER BY, LIMIT) on its
+    // own first, then deletes against its result on every shard in one distributed transaction (two-phase commit).
+    // A row another transaction holds is waited for instead of skipped, and the DELETE re-checks the row once its
+    // lock is granted (READ COMMITTED), so a row a takeover renewed meanwhile is kept.
+    ...(sweepBatch ? { sweepBatch: sweepBatch.replace(/\n\s*FOR UPDATE SKIP LOCKED/, '') } : {}),
     holdKeyLock: `${sqlMarker('hold-key')} SELECT ${c('hold_key_lock')}($1, $2) AS locked`,
     renewLease: `${sqlMarker('renew-lease')} SELECT ${c('renew_lease')}($1, $2, $3::uuid, $4) AS n`,
     recordPhase: `${sqlMarker('record-phase')} SELECT ${c('record_phase')}($1, $2, $3::uuid, $4, $5, $6) AS n`,
