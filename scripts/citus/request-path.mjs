@@ -141,6 +141,25 @@ const scenarios = {
       { text: `SELECT pg_try_advisory_xact_lock(hashtextextended(${lit('nest-idempotency:sweep:')} || coalesce(to_regclass(${lit(`"${table}"`)})::oid::text, ${lit(`"${table}"`)}), 0)) AS locked` }]);
     const d = await connect('sweep batches');
     await send(d, 'sweepBatch', [{ text: BEGIN_READ_COMMITTED }, { text: sql.sweepBatch, values: [1000, '-infinity'] }, { text: 'COMMIT' }]);
+    // The same statement without FOR UPDATE SKIP LOCKED (a proposal for Citus): Citus plans the doomed CTE
+    // (ORDER BY, LIMIT) first, on its own, then the DELETE against its result on every shard.
+    const sweepCitus = sql.sweepBatch.replace(/\n\s*FOR UPDATE SKIP LOCKED/, '');
+    await send(d, 'sweepBatch without SKIP LOCKED', [{ text: BEGIN_READ_COMMITTED }, { text: sweepCitus, values: [1000, '-infinity'] }, { text: 'COMMIT' }]);
+    // A key row locked by a takeover in an open request transaction: the batch waits for it, unless a lock_timeout
+    // reaches the workers (SET LOCAL is sent to them only with citus.propagate_set_commands = 'local').
+    const holder = await connect('sweep: a takeover holds an expired row');
+    const t = request('tenant-b', 'sw-' + randomUUID(), { leaseMs: 1, ttlMs: 1 });
+    await send(holder, 'claim (lease and TTL 1 ms)', [{ text: BEGIN_READ_COMMITTED }, statements.claim(t, 'claim', null), { text: 'COMMIT' }]);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    await send(holder, 'a transaction locks the expired row (as a takeover in request-transaction mode would)', [{ text: 'BEGIN' },
+      { text: 'SELECT 1 FROM idempotency_keys WHERE tenant_id = $1 AND key = $2 FOR UPDATE', values: [t.tenant, t.key] }]);
+    const started = Date.now();
+    await send(d, 'sweepBatch without SKIP LOCKED, lock_timeout 200ms propagated', [{ text: BEGIN_READ_COMMITTED },
+      { text: "SET LOCAL citus.propagate_set_commands = 'local'" }, { text: "SET LOCAL lock_timeout = '200ms'" },
+      { text: sweepCitus, values: [100000, '-infinity'] }, { text: 'COMMIT' }]);
+    console.log(`      took ${Date.now() - started} ms`);
+    await send(holder, 'the lock holder ends', [{ text: 'ROLLBACK' }]);
+    await holder.end();
     await send(d, 'countExpired (health)', [{ text: sql.countExpired, values: [1000] }]);
     await send(c, 'end of the sweep', [{ text: 'ROLLBACK' }]);
     await c.end(); await d.end();
