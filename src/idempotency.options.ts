@@ -205,10 +205,12 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
    */
   partitioned?: boolean;
   /**
-   * PROTOTYPE (issue 31): the key table is distributed on a Citus cluster (`distributeIdempotencyTablesStatements`):
-   * the store sends its key writes outside the claim and the completion (renewals, phases, releases, the board's
-   * release, the key lock of a REPEATABLE READ attempt) through the functions delegated to the tenant's worker.
-   * Default `false`.
+   * The module's tables are distributed by tenant on a Citus cluster (`distributeIdempotencyTables`, run once on
+   * the coordinator; docs/scaling.md, "Past one server"), and the data source connects to the coordinator. The
+   * store then sends the key writes outside the claim and the completion (renewals, phases, releases, the board's
+   * release, the key lock of a REPEATABLE READ attempt) through the functions delegated to the worker that holds
+   * the tenant's shard, and the sweep's batch without `SKIP LOCKED`; the start-up check refuses a layout that is
+   * not completely distributed, naming what is missing. Not with `partitioned: true`. Default `false`.
    */
   citus?: boolean;
   /** Seconds in the `Retry-After` of a 503 when the store cannot be reached. Default 5. */

@@ -5,8 +5,8 @@ export { delegatedGuard, NOT_DELEGATED_SQLSTATE } from '../key-store.sql.js';
 import { sqlMarker } from '../redacting-logger.js';
 
 /**
- * PROTOTYPE (issue 31, branch citus-probe): what running the module on a Citus cluster, sharded by tenant,
- * needs in SQL. See docs/citus-findings.md for what was tried and what each statement answered.
+ * What running the module on a Citus cluster, sharded by tenant, needs in SQL (issue 31). See
+ * docs/citus-findings.md for what was tried and what each statement answered.
  *
  * On Citus the key table, the outbox and the ledger are distributed by `tenant_id` and co-located with the
  * app's business tables, so a tenant's key row, its outbox messages, its ledger rows and its business rows

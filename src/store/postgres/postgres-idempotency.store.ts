@@ -43,7 +43,7 @@ export interface PostgresIdempotencyStoreOptions {
    * (the table's functions differ). Default false.
    */
   partitioned?: boolean;
-  /** PROTOTYPE (issue 31): the key table is distributed on Citus (see the module option `citus`). Default false. */
+  /** The key table is distributed on Citus by `distributeIdempotencyTables` (see the module option `citus`). Default false. */
   citus?: boolean;
 }
 

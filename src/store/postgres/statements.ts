@@ -52,6 +52,11 @@ export class KeyStatements {
     this.sql = options.citus ? { ...sql, ...citusKeyStatements(table, sql.sweepBatch) } : sql;
   }
 
+  /** The key table is distributed on Citus (the module option `citus`). */
+  get citus(): boolean {
+    return Boolean(this.options.citus);
+  }
+
   /** The claim function of claim mode `request-transaction`: the partitioned table's one claim takes both modes. */
   get inTransactionClaim(): ClaimFunction {
     return this.options.partitioned ? 'claim' : 'claim_in_transaction';
