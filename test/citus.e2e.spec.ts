@@ -1,0 +1,259 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import type pg from 'pg';
+import type { DataSource, EntityManager } from 'typeorm';
+import { IdempotencyEngine, type ClaimMode } from '../src/core/idempotency-engine.js';
+import { FingerprintMismatchError, KeyInFlightError, LeaseLostError } from '../src/core/errors.js';
+import { PostgresIdempotencyStore } from '../src/store/postgres/postgres-idempotency.store.js';
+import { IdempotencySchemaCheck } from '../src/store/schema-check.js';
+import { resolveIdempotencyOptions } from '../src/resolve-options.js';
+import { createTableStatements } from '../src/store/sql.js';
+import { createEffectLedgerStatements } from '../src/ledger/effect-ledger.sql.js';
+import { EffectLedger } from '../src/ledger/effect-ledger.js';
+import { distributeIdempotencyTables } from '../src/store/citus/distribute.js';
+import { citusClient, citusDataSource, describeWithCitus, freshCitusSchema } from './support/citus.js';
+import { sleep } from './support/http.js';
+
+/**
+ * The module's contract on a Citus cluster sharded by tenant (issue 31), with the layout a user makes: the module's
+ * migrations, a business table (`charges`) distributed by tenant, then `distributeIdempotencyTables`, and stores with
+ * `citus: true`. Engines with stores and pools of their own stand for separate app instances. The tenants live on
+ * both workers (tenant-a and tenant-b hash to different ones on the default 32 shards), and every effect is a row of
+ * `charges`, co-located with the key's row, so "one effect per key" is counted where it would be committed.
+ */
+await describeWithCitus('the contract on a Citus cluster sharded by tenant', () => {
+  const TENANTS = ['tenant-a', 'tenant-b'];
+  let schema: string;
+  let db: pg.Client;
+  const sources: DataSource[] = [];
+  let n = 0;
+  const fresh = () => `c-${Date.now()}-${++n}`;
+
+  const open = async (poolSize = 10) => {
+    const source = await citusDataSource(schema, poolSize);
+    sources.push(source);
+    return source;
+  };
+  const engine = async (poolSize = 10) =>
+    new IdempotencyEngine(new PostgresIdempotencyStore(await open(poolSize), 'idempotency_keys', { citus: true }));
+  const charges = async (tenant: string, key: string) =>
+    (await db.query('SELECT count(*)::int AS count FROM charges WHERE tenant_id = $1 AND label = $2', [tenant, key])).rows[0]
+      .count as number;
+  const work = (
+    tenant: string,
+    key: string,
+    claimMode: ClaimMode,
+    over: { fingerprint?: string; leaseMs?: number; run?: (tx: EntityManager) => Promise<unknown> } = {},
+  ) => ({
+    tenant,
+    key,
+    fingerprint: over.fingerprint ?? 'fp',
+    leaseMs: over.leaseMs ?? 30_000,
+    ttlMs: 3_600_000,
+    claimMode,
+    heartbeat: false,
+    onFailure: () => ({ action: 'keep' as const }),
+    run: async (tx: EntityManager) => {
+      await tx.query('INSERT INTO charges (tenant_id, label) VALUES ($1, $2)', [tenant, key]);
+      await over.run?.(tx);
+      return { response: { status: 201, headers: [], body: Buffer.from(`${tenant}/${key}`) }, result: claimMode };
+    },
+  });
+  const schemaCheck = (dataSource: DataSource, options: Record<string, unknown> = {}) => {
+    const resolved = resolveIdempotencyOptions({ tenant: () => 'tenant-a', citus: true, ledger: {}, ...options });
+    return new IdempotencySchemaCheck(
+      dataSource,
+      resolved,
+      new PostgresIdempotencyStore(dataSource, 'idempotency_keys', { citus: true }),
+    );
+  };
+
+  beforeAll(async () => {
+    schema = await freshCitusSchema('citus_contract');
+    db = await citusClient(schema);
+    // What a user runs, in order: the module's migrations, the business table distributed by tenant, the module's step.
+    for (const statement of [...createTableStatements('idempotency_keys'), ...createEffectLedgerStatements('effect_ledger')]) {
+      await db.query(statement);
+    }
+    await db.query(
+      `CREATE TABLE charges (tenant_id text NOT NULL, id bigserial, label text NOT NULL, PRIMARY KEY (tenant_id, id))`,
+    );
+    await db.query(`SELECT create_distributed_table('charges', 'tenant_id')`);
+    await distributeIdempotencyTables(await open(1), { colocateWith: 'charges', ledgerTableName: 'effect_ledger' });
+  });
+  afterAll(async () => {
+    await Promise.all(sources.map((source) => source.destroy()));
+    await db?.end();
+  });
+
+  it('distributes the module tables by tenant_id, co-located with the business table, and the start-up check accepts the layout', async () => {
+    const { rows } = await db.query(
+      `SELECT logicalrelid::regclass::text AS name, column_to_column_name(logicalrelid, partkey) AS column, colocationid
+         FROM pg_dist_partition WHERE logicalrelid::regclass::text IN ('charges', 'idempotency_keys', 'effect_ledger') ORDER BY 1`,
+    );
+    expect(rows.map((row) => [row.name, row.column])).toEqual([
+      ['charges', 'tenant_id'],
+      ['effect_ledger', 'tenant_id'],
+      ['idempotency_keys', 'tenant_id'],
+    ]);
+    expect(new Set(rows.map((row) => row.colocationid)).size).toBe(1);
+    // The two tenants of these tests live on different workers, so both are exercised.
+    const { rows: placements } = await db.query(
+      `SELECT count(DISTINCT p.groupid)::int AS workers FROM unnest($1::text[]) t
+         JOIN pg_dist_placement p ON p.shardid = get_shard_id_for_distribution_column('charges', t)`,
+      [TENANTS],
+    );
+    expect(placements[0].workers).toBe(2);
+    await expect(schemaCheck(await open(1)).onModuleInit()).resolves.toBeUndefined();
+  });
+
+  describe.each(['separate', 'request-transaction'] as const)('claim mode %s', (claimMode) => {
+    it.each(TENANTS)('the state table for %s: new, replay, 422 for another request, 409 while in flight', async (tenant) => {
+      const [first, second] = [await engine(), await engine()];
+      const key = fresh();
+      await expect(first.execute(work(tenant, key, claimMode))).resolves.toMatchObject({ kind: 'executed' });
+      const replay = await second.execute(work(tenant, key, claimMode));
+      expect(replay).toMatchObject({ kind: 'replayed' });
+      expect(Buffer.from((replay as { response: { body: Buffer } }).response.body).toString()).toBe(`${tenant}/${key}`);
+      await expect(second.execute(work(tenant, key, claimMode, { fingerprint: 'other' }))).rejects.toBeInstanceOf(
+        FingerprintMismatchError,
+      );
+
+      // In flight: a holder that waits inside its handler.
+      const held = fresh();
+      let release!: () => void;
+      const gate = new Promise<void>((resolve) => (release = resolve));
+      const holding = first.execute(work(tenant, held, claimMode, { run: () => gate }));
+      await sleep(300);
+      const conflict = await second.execute(work(tenant, held, claimMode)).catch((error: unknown) => error);
+      expect(conflict).toBeInstanceOf(KeyInFlightError);
+      expect((conflict as KeyInFlightError).retryAfterSeconds).toBeGreaterThanOrEqual(1);
+      // Another request with the key: 422 where the claim wrote the row; in request-transaction mode the holder's row
+      // is written only at its completion, so there is nothing to compare yet, and the answer is 409, as on one server.
+      await expect(second.execute(work(tenant, held, claimMode, { fingerprint: 'other' }))).rejects.toBeInstanceOf(
+        claimMode === 'separate' ? FingerprintMismatchError : KeyInFlightError,
+      );
+      release();
+      await expect(holding).resolves.toMatchObject({ kind: 'executed' });
+      expect(await charges(tenant, held)).toBe(1);
+      expect(await charges(tenant, key)).toBe(1);
+    });
+
+    it('concurrent duplicates from two instances, on both workers: one effect per key', async () => {
+      const engines = [await engine(), await engine()];
+      const keys = TENANTS.flatMap((tenant) => [0, 1, 2].map(() => ({ tenant, key: fresh() })));
+      const attempts = keys.flatMap(({ tenant, key }) =>
+        Array.from({ length: 6 }, (_, i) =>
+          engines[i % 2].execute({ ...work(tenant, key, claimMode, { run: () => sleep(50) }), waitMs: 2_000 }).then(
+            (outcome) => outcome.kind,
+            (error: unknown) => (error instanceof KeyInFlightError ? 'in-flight' : String(error)),
+          ),
+        ),
+      );
+      const outcomes = await Promise.all(attempts);
+      expect(outcomes.filter((kind) => kind === 'executed')).toHaveLength(keys.length);
+      expect(outcomes.every((kind) => ['executed', 'replayed', 'in-flight'].includes(kind))).toBe(true);
+      for (const { tenant, key } of keys) expect(await charges(tenant, key)).toBe(1);
+    });
+
+    it('a takeover after the lease fences the first attempt: its completion is refused and its effect rolled back', async () => {
+      const [slow, taker] = [await engine(), await engine()];
+      for (const tenant of TENANTS) {
+        const key = fresh();
+        const first = slow
+          .execute(work(tenant, key, claimMode, { leaseMs: 300, run: () => sleep(1_200) }))
+          .catch((error: unknown) => error);
+        await sleep(700);
+        const second = await taker.execute(work(tenant, key, claimMode, { leaseMs: 300 })).catch((error: unknown) => error);
+        if (claimMode === 'separate') {
+          // The lease lapsed: the taker runs, and the first attempt's completion is fenced.
+          expect(second).toMatchObject({ kind: 'executed' });
+          expect(await first).toBeInstanceOf(LeaseLostError);
+        } else {
+          // In request-transaction mode the first attempt's transaction holds the key's lock (on the tenant's
+          // worker): the duplicate waits, then answers 409, and the first attempt completes.
+          expect(second).toBeInstanceOf(KeyInFlightError);
+          expect(await first).toMatchObject({ kind: 'executed' });
+        }
+        expect(await charges(tenant, key)).toBe(1);
+      }
+    });
+  });
+
+  it("the ledger records a business key once, in the handler's transaction on the tenant's worker", async () => {
+    const ledger = new EffectLedger(await open(2), resolveIdempotencyOptions({ tenant: () => 'x', ledger: {} }));
+    const runner = await engine();
+    const recorded: boolean[] = [];
+    for (const key of [fresh(), fresh()]) {
+      await runner.execute(
+        work('tenant-b', key, 'separate', {
+          run: async (tx) => void recorded.push(await ledger.once(tx, 'refund-77', { tenant: 'tenant-b', scope: 'refund' })),
+        }),
+      );
+    }
+    expect(recorded).toEqual([true, false]);
+    await expect(ledger.has('refund-77', { tenant: 'tenant-b', scope: 'refund' })).resolves.toBe(true);
+    await expect(ledger.has('refund-77', { tenant: 'tenant-a', scope: 'refund' })).resolves.toBe(false);
+  });
+
+  it('the sweeper deletes expired keys in batches on every shard, and never a key whose lease is valid', async () => {
+    const store = new PostgresIdempotencyStore(await open(2), 'idempotency_keys', { citus: true });
+    const live = fresh();
+    await expect((await engine()).execute(work('tenant-a', live, 'separate', { run: async () => {} }))).resolves.toMatchObject({
+      kind: 'executed',
+    });
+    // 300 expired keys over both tenants' shards, and one in flight whose lease is still valid past its TTL.
+    await db.query(
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, created_at)
+       SELECT CASE WHEN i % 2 = 0 THEN 'tenant-a' ELSE 'tenant-b' END, 'expired-' || i, 'fp', 'completed', gen_random_uuid(),
+              now() - interval '2 hours', now() - interval '1 hour', now() - interval '2 hours'
+         FROM generate_series(1, 300) i`,
+    );
+    await db.query(
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, created_at)
+       VALUES ('tenant-b', 'leased', 'fp', 'in_flight', gen_random_uuid(), now() + interval '1 hour', now() - interval '1 minute', now())`,
+    );
+    const result = await store.sweep({ batchSize: 100, maxDurationMs: 30_000 });
+    expect(result).toMatchObject({ ran: true, deleted: 300 });
+    expect(result.batches).toBeGreaterThanOrEqual(3);
+    const { rows } = await db.query(`SELECT key FROM idempotency_keys WHERE key = 'leased' OR key LIKE 'expired-%' OR key = $1`, [
+      live,
+    ]);
+    expect(rows.map((row) => row.key).sort()).toEqual(['leased', live].sort());
+  });
+
+  it('the start-up check refuses a half-distributed layout with a fix-it message, and distributeIdempotencyTables fixes it', async () => {
+    const admin = await open(1);
+    // The ledger undistributed (as if distributed by hand, without it).
+    await db.query(`SELECT undistribute_table('effect_ledger')`);
+    const refused = await schemaCheck(admin)
+      .onModuleInit()
+      .catch((error: unknown) => error as Error);
+    expect(refused).toBeInstanceOf(Error);
+    expect(refused.message).toContain('the table "effect_ledger" is not distributed');
+    expect(refused.message).toContain('distributeIdempotencyTables(');
+    // The key table's migration run again puts back the single-server texts, which the workers refuse.
+    for (const statement of createTableStatements('idempotency_keys').filter((s) => /^\s*CREATE OR REPLACE FUNCTION/.test(s))) {
+      await db.query(statement);
+    }
+    const stale = await schemaCheck(admin)
+      .onModuleInit()
+      .catch((error: unknown) => error as Error);
+    expect(stale.message).toContain('has the single-server text');
+    // `citus: true` on a key table nothing distributed (the migration run, the step forgotten) names the step too.
+    const plain = await freshCitusSchema('citus_contract_plain');
+    const setup = await citusClient(plain);
+    for (const statement of createTableStatements('idempotency_keys')) await setup.query(statement);
+    await setup.end();
+    const plainSource = await citusDataSource(plain, 1);
+    sources.push(plainSource);
+    const none = await schemaCheck(plainSource, { ledger: undefined })
+      .onModuleInit()
+      .catch((error: unknown) => error as Error);
+    expect(none.message).toContain('`citus: true` is set, but none of the tables "idempotency_keys" is distributed');
+    expect(none.message).toContain('distributeIdempotencyTables(');
+
+    await distributeIdempotencyTables(admin, { colocateWith: 'charges', ledgerTableName: 'effect_ledger' });
+    await expect(schemaCheck(admin).onModuleInit()).resolves.toBeUndefined();
+    await expect((await engine()).execute(work('tenant-b', fresh(), 'separate'))).resolves.toMatchObject({ kind: 'executed' });
+  });
+});
