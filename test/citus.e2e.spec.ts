@@ -67,6 +67,9 @@ await describeWithCitus('the contract on a Citus cluster sharded by tenant', () 
     );
   };
 
+  const accepted = () => new Error('the start-up check accepted the layout');
+  const refusedWith = (error: unknown) => error as Error;
+
   beforeAll(async () => {
     schema = await freshCitusSchema('citus_contract');
     db = await citusClient(schema);
@@ -225,9 +228,7 @@ await describeWithCitus('the contract on a Citus cluster sharded by tenant', () 
     const admin = await open(1);
     // The ledger undistributed (as if distributed by hand, without it).
     await db.query(`SELECT undistribute_table('effect_ledger')`);
-    const refused = await schemaCheck(admin)
-      .onModuleInit()
-      .catch((error: unknown) => error as Error);
+    const refused = await schemaCheck(admin).onModuleInit().then(accepted, refusedWith);
     expect(refused).toBeInstanceOf(Error);
     expect(refused.message).toContain('the table "effect_ledger" is not distributed');
     expect(refused.message).toContain('distributeIdempotencyTables(');
@@ -235,9 +236,7 @@ await describeWithCitus('the contract on a Citus cluster sharded by tenant', () 
     for (const statement of createTableStatements('idempotency_keys').filter((s) => /^\s*CREATE OR REPLACE FUNCTION/.test(s))) {
       await db.query(statement);
     }
-    const stale = await schemaCheck(admin)
-      .onModuleInit()
-      .catch((error: unknown) => error as Error);
+    const stale = await schemaCheck(admin).onModuleInit().then(accepted, refusedWith);
     expect(stale.message).toContain('has the single-server text');
     // `citus: true` on a key table nothing distributed (the migration run, the step forgotten) names the step too.
     const plain = await freshCitusSchema('citus_contract_plain');
@@ -246,9 +245,7 @@ await describeWithCitus('the contract on a Citus cluster sharded by tenant', () 
     await setup.end();
     const plainSource = await citusDataSource(plain, 1);
     sources.push(plainSource);
-    const none = await schemaCheck(plainSource, { ledger: undefined })
-      .onModuleInit()
-      .catch((error: unknown) => error as Error);
+    const none = await schemaCheck(plainSource, { ledger: undefined }).onModuleInit().then(accepted, refusedWith);
     expect(none.message).toContain('`citus: true` is set, but none of the tables "idempotency_keys" is distributed');
     expect(none.message).toContain('distributeIdempotencyTables(');
 
