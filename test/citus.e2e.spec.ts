@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import type { DataSource, EntityManager } from 'typeorm';
 import { IdempotencyEngine, type ClaimMode } from '../src/core/idempotency-engine.js';
@@ -6,7 +7,8 @@ import { FingerprintMismatchError, KeyInFlightError, LeaseLostError } from '../s
 import { PostgresIdempotencyStore } from '../src/store/postgres/postgres-idempotency.store.js';
 import { IdempotencySchemaCheck } from '../src/store/schema-check.js';
 import { resolveIdempotencyOptions } from '../src/resolve-options.js';
-import { createTableStatements } from '../src/store/sql.js';
+import { createOutboxStatements, createTableStatements } from '../src/store/sql.js';
+import { OutboxStore } from '../src/outbox/outbox.store.js';
 import { createEffectLedgerStatements } from '../src/ledger/effect-ledger.sql.js';
 import { EffectLedger } from '../src/ledger/effect-ledger.js';
 import { distributeIdempotencyTables } from '../src/store/citus/distribute.js';
@@ -59,7 +61,7 @@ await describeWithCitus('the contract on a Citus cluster sharded by tenant', () 
     },
   });
   const schemaCheck = (dataSource: DataSource, options: Record<string, unknown> = {}) => {
-    const resolved = resolveIdempotencyOptions({ tenant: () => 'tenant-a', citus: true, ledger: {}, ...options });
+    const resolved = resolveIdempotencyOptions({ tenant: () => 'tenant-a', citus: true, ledger: {}, outbox: {}, ...options });
     return new IdempotencySchemaCheck(
       dataSource,
       resolved,
@@ -67,6 +69,7 @@ await describeWithCitus('the contract on a Citus cluster sharded by tenant', () 
     );
   };
 
+  const LAYOUT = { colocateWith: 'charges', ledgerTableName: 'effect_ledger', outboxTableName: 'outbox_messages' };
   const accepted = () => new Error('the start-up check accepted the layout');
   const refusedWith = (error: unknown) => error as Error;
 
@@ -74,14 +77,18 @@ await describeWithCitus('the contract on a Citus cluster sharded by tenant', () 
     schema = await freshCitusSchema('citus_contract');
     db = await citusClient(schema);
     // What a user runs, in order: the module's migrations, the business table distributed by tenant, the module's step.
-    for (const statement of [...createTableStatements('idempotency_keys'), ...createEffectLedgerStatements('effect_ledger')]) {
+    for (const statement of [
+      ...createTableStatements('idempotency_keys'),
+      ...createEffectLedgerStatements('effect_ledger'),
+      ...createOutboxStatements('outbox_messages'),
+    ]) {
       await db.query(statement);
     }
     await db.query(
       `CREATE TABLE charges (tenant_id text NOT NULL, id bigserial, label text NOT NULL, PRIMARY KEY (tenant_id, id))`,
     );
     await db.query(`SELECT create_distributed_table('charges', 'tenant_id')`);
-    await distributeIdempotencyTables(await open(1), { colocateWith: 'charges', ledgerTableName: 'effect_ledger' });
+    await distributeIdempotencyTables(await open(1), LAYOUT);
   });
   afterAll(async () => {
     await Promise.all(sources.map((source) => source.destroy()));
@@ -91,12 +98,13 @@ await describeWithCitus('the contract on a Citus cluster sharded by tenant', () 
   it('distributes the module tables by tenant_id, co-located with the business table, and the start-up check accepts the layout', async () => {
     const { rows } = await db.query(
       `SELECT logicalrelid::regclass::text AS name, column_to_column_name(logicalrelid, partkey) AS column, colocationid
-         FROM pg_dist_partition WHERE logicalrelid::regclass::text IN ('charges', 'idempotency_keys', 'effect_ledger') ORDER BY 1`,
+         FROM pg_dist_partition WHERE logicalrelid::regclass::text IN ('charges', 'idempotency_keys', 'effect_ledger', 'outbox_messages') ORDER BY 1`,
     );
     expect(rows.map((row) => [row.name, row.column])).toEqual([
       ['charges', 'tenant_id'],
       ['effect_ledger', 'tenant_id'],
       ['idempotency_keys', 'tenant_id'],
+      ['outbox_messages', 'tenant_id'],
     ]);
     expect(new Set(rows.map((row) => row.colocationid)).size).toBe(1);
     // The two tenants of these tests live on different workers, so both are exercised.
@@ -198,6 +206,51 @@ await describeWithCitus('the contract on a Citus cluster sharded by tenant', () 
     await expect(ledger.has('refund-77', { tenant: 'tenant-a', scope: 'refund' })).resolves.toBe(false);
   });
 
+  it("the outbox: a message commits with the handler's writes on the tenant's worker, needs a tenant, and two relays claim each message once, per tenant", async () => {
+    const source = await open(4);
+    const outbox = new OutboxStore(source, 'outbox_messages', { citus: true });
+    const runner = await engine();
+    const keys = TENANTS.flatMap((tenant) => [0, 1, 2].map(() => ({ tenant, key: fresh() })));
+    for (const { tenant, key } of keys) {
+      await runner.execute(
+        work(tenant, key, 'separate', {
+          run: async (tx) => void (await outbox.enqueue(tx, { tenant, topic: 'receipt', payload: { key } })),
+        }),
+      );
+    }
+    await expect(source.transaction((tx) => outbox.enqueue(tx, { tenant: null, topic: 'receipt', payload: {} }))).rejects.toThrow(
+      'a message needs a tenant with `citus: true`',
+    );
+    // A failed handler's message is rolled back with its charge.
+    const failed = fresh();
+    await runner
+      .execute(
+        work('tenant-a', failed, 'separate', {
+          run: async (tx) => {
+            await outbox.enqueue(tx, { tenant: 'tenant-a', topic: 'receipt', payload: { key: failed } });
+            throw new Error('declined');
+          },
+        }),
+      )
+      .catch(() => undefined);
+
+    const relays = [outbox, new OutboxStore(await open(4), 'outbox_messages', { citus: true })];
+    const tokens = [randomUUID(), randomUUID()];
+    const batches = await Promise.all(relays.map((relay, i) => relay.claim(2, 30_000, tokens[i], 5)));
+    const later = await Promise.all(relays.map((relay, i) => relay.claim(10, 30_000, tokens[i], 5)));
+    const claimed = [...batches, ...later].flatMap((batch) => batch.messages.map((m) => (m.payload as { key: string }).key));
+    expect(claimed.sort()).toEqual(keys.map(({ key }) => key).sort());
+    // Settled with the tenant: each by the relay that holds it, not by the other one.
+    for (const [i, batch] of [...batches, ...later].entries()) {
+      for (const message of batch.messages) {
+        await expect(relays[(i + 1) % 2].markDelivered(message.id, tokens[(i + 1) % 2])).resolves.toBe(false);
+        await expect(relays[i % 2].markDelivered(message.id, tokens[i % 2])).resolves.toBe(true);
+      }
+    }
+    const { rows } = await db.query(`SELECT status, count(*)::int AS count FROM outbox_messages GROUP BY status`);
+    expect(rows).toEqual([{ status: 'delivered', count: keys.length }]);
+  });
+
   it('the sweeper deletes expired keys in batches on every shard, and never a key whose lease is valid', async () => {
     const store = new PostgresIdempotencyStore(await open(2), 'idempotency_keys', { citus: true });
     const live = fresh();
@@ -245,11 +298,13 @@ await describeWithCitus('the contract on a Citus cluster sharded by tenant', () 
     await setup.end();
     const plainSource = await citusDataSource(plain, 1);
     sources.push(plainSource);
-    const none = await schemaCheck(plainSource, { ledger: undefined }).onModuleInit().then(accepted, refusedWith);
+    const none = await schemaCheck(plainSource, { ledger: undefined, outbox: undefined })
+      .onModuleInit()
+      .then(accepted, refusedWith);
     expect(none.message).toContain('`citus: true` is set, but none of the tables "idempotency_keys" is distributed');
     expect(none.message).toContain('distributeIdempotencyTables(');
 
-    await distributeIdempotencyTables(admin, { colocateWith: 'charges', ledgerTableName: 'effect_ledger' });
+    await distributeIdempotencyTables(admin, LAYOUT);
     await expect(schemaCheck(admin).onModuleInit()).resolves.toBeUndefined();
     await expect((await engine()).execute(work('tenant-b', fresh(), 'separate'))).resolves.toMatchObject({ kind: 'executed' });
   });
