@@ -251,30 +251,45 @@ await describeWithCitus('the contract on a Citus cluster sharded by tenant', () 
     expect(rows).toEqual([{ status: 'delivered', count: keys.length }]);
   });
 
-  it('the sweeper deletes expired keys in batches on every shard, and never a key whose lease is valid', async () => {
+  it('the sweeper deletes expired keys in batches on every shard, never a key whose lease is valid, and goes on past a batch a takeover made short', async () => {
     const store = new PostgresIdempotencyStore(await open(2), 'idempotency_keys', { citus: true });
     const live = fresh();
     await expect((await engine()).execute(work('tenant-a', live, 'separate', { run: async () => {} }))).resolves.toMatchObject({
       kind: 'executed',
     });
-    // 300 expired keys over both tenants' shards, and one in flight whose lease is still valid past its TTL.
+    // 300 expired keys over both tenants' shards (expired-300 the oldest), and one in flight whose lease is still
+    // valid past its TTL.
     await db.query(
       `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, created_at)
        SELECT CASE WHEN i % 2 = 0 THEN 'tenant-a' ELSE 'tenant-b' END, 'expired-' || i, 'fp', 'completed', gen_random_uuid(),
-              now() - interval '2 hours', now() - interval '1 hour', now() - interval '2 hours'
+              now() - interval '2 hours', now() - interval '1 hour' - i * interval '1 second', now() - interval '2 hours'
          FROM generate_series(1, 300) i`,
     );
     await db.query(
       `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at, created_at)
        VALUES ('tenant-b', 'leased', 'fp', 'in_flight', gen_random_uuid(), now() + interval '1 hour', now() - interval '1 minute', now())`,
     );
-    const result = await store.sweep({ batchSize: 100, maxDurationMs: 30_000 });
-    expect(result).toMatchObject({ ran: true, deleted: 300 });
+    // A takeover of expired-300 under way while the first batch runs: the batch waits for its row (no SKIP LOCKED on
+    // Citus), finds it renewed, keeps it, and comes back one short; the run goes on to the rest.
+    const taker = await citusClient(schema);
+    await taker.query('BEGIN');
+    await taker.query(
+      `UPDATE idempotency_keys SET status = 'in_flight', lease_expires_at = $1::timestamptz, expires_at = $1::timestamptz
+        WHERE tenant_id = 'tenant-a' AND key = 'expired-300'`,
+      [new Date(Date.now() + 3_600_000)],
+    );
+    const sweeping = store.sweep({ batchSize: 100, maxDurationMs: 30_000 });
+    await sleep(500);
+    await taker.query('COMMIT');
+    await taker.end();
+    const result = await sweeping;
+    expect(result).toMatchObject({ ran: true, deleted: 299 });
     expect(result.batches).toBeGreaterThanOrEqual(3);
-    const { rows } = await db.query(`SELECT key FROM idempotency_keys WHERE key = 'leased' OR key LIKE 'expired-%' OR key = $1`, [
-      live,
-    ]);
-    expect(rows.map((row) => row.key).sort()).toEqual(['leased', live].sort());
+    const { rows } = await db.query(
+      `SELECT key FROM idempotency_keys WHERE key IN ('leased', 'expired-300', $1) OR key LIKE 'expired-%'`,
+      [live],
+    );
+    expect(rows.map((row) => row.key).sort()).toEqual(['expired-300', 'leased', live].sort());
   });
 
   it('the start-up check refuses a half-distributed layout with a fix-it message, and distributeIdempotencyTables fixes it', async () => {

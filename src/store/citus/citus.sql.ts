@@ -196,15 +196,32 @@ export function distributeIdempotencyTablesStatements(layout: CitusLayout): stri
  * functions instead of UPDATEs the coordinator refuses, and of `hold_key_lock` instead of a lock the
  * coordinator would take on itself. `affected` becomes the function's answer (`n`, `released`, `key`).
  */
-export function citusKeyStatements(t: string, sweepBatch?: string) {
+export function citusKeyStatements(t: string) {
   const c = (name: CitusKeyFunction) => citusKeyFunction(t, name);
   return {
     // The sweep's batch without FOR UPDATE SKIP LOCKED, which Citus runs only in single-shard queries ("could not
     // run distributed query with FOR UPDATE/SHARE commands"). Citus plans the doomed CTE (ORDER BY, LIMIT) on its
     // own first, then deletes against its result on every shard in one distributed transaction (two-phase commit).
     // A row another transaction holds is waited for instead of skipped, and the DELETE re-checks the row once its
-    // lock is granted (READ COMMITTED), so a row a takeover renewed meanwhile is kept.
-    ...(sweepBatch ? { sweepBatch: sweepBatch.replace(/\n\s*FOR UPDATE SKIP LOCKED/, '') } : {}),
+    // lock is granted (READ COMMITTED), so a row a takeover renewed meanwhile is kept. The batch then deletes fewer
+    // rows than it found: `candidates` (what it found) tells the sweeper whether more may follow, and `last` comes
+    // from the candidates, so the next batch starts past the kept row.
+    sweepBatch: `${sqlMarker('sweep-batch')}
+      WITH doomed AS (
+        SELECT tenant_id, key, expires_at FROM ${t}
+         WHERE expires_at <= now() AND expires_at >= $2::timestamptz
+           AND NOT (status = 'in_flight' AND lease_expires_at > now())
+         ORDER BY expires_at
+         LIMIT $1
+      ), gone AS (
+        DELETE FROM ${t} AS k USING doomed
+         WHERE k.tenant_id = doomed.tenant_id AND k.key = doomed.key
+           AND k.expires_at <= now() AND NOT (k.status = 'in_flight' AND k.lease_expires_at > now())
+        RETURNING k.key
+      )
+      SELECT (SELECT count(*)::integer FROM gone) AS deleted, count(*)::integer AS candidates,
+             to_char(max(expires_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS last
+        FROM doomed`,
     holdKeyLock: `${sqlMarker('hold-key')} SELECT ${c('hold_key_lock')}($1, $2) AS locked`,
     renewLease: `${sqlMarker('renew-lease')} SELECT ${c('renew_lease')}($1, $2, $3::uuid, $4) AS n`,
     recordPhase: `${sqlMarker('record-phase')} SELECT ${c('record_phase')}($1, $2, $3::uuid, $4, $5, $6) AS n`,

@@ -49,7 +49,7 @@ export class KeyStatements {
     const sql = keyStoreStatements(table, tableName);
     // Citus (prototype, issue 31): the writes the coordinator refuses, and the key lock it would take on itself, go
     // through the functions delegated to the tenant's worker.
-    this.sql = options.citus ? { ...sql, ...citusKeyStatements(table, sql.sweepBatch) } : sql;
+    this.sql = options.citus ? { ...sql, ...citusKeyStatements(table) } : sql;
   }
 
   /** The key table is distributed on Citus (the module option `citus`). */
