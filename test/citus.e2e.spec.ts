@@ -12,6 +12,7 @@ import { OutboxStore } from '../src/outbox/outbox.store.js';
 import { createEffectLedgerStatements } from '../src/ledger/effect-ledger.sql.js';
 import { EffectLedger } from '../src/ledger/effect-ledger.js';
 import { distributeIdempotencyTables } from '../src/store/citus/distribute.js';
+import { createIdempotencyKeysMigration } from '../src/store/idempotency-keys.migration.js';
 import { citusClient, citusDataSource, describeWithCitus, freshCitusSchema } from './support/citus.js';
 import { sleep } from './support/http.js';
 
@@ -290,6 +291,25 @@ await describeWithCitus('the contract on a Citus cluster sharded by tenant', () 
       [live],
     );
     expect(rows.map((row) => row.key).sort()).toEqual(['expired-300', 'leased', live].sort());
+  });
+
+  it("the key table's migration with citus: true runs again on the distributed layout, in one transaction, and keeps it", async () => {
+    const source = await open(1);
+    const Migration = createIdempotencyKeysMigration('idempotency_keys', { citus: true });
+    const runner = source.createQueryRunner();
+    try {
+      await runner.startTransaction();
+      await new Migration().up(runner);
+      await runner.commitTransaction();
+    } finally {
+      await runner.release();
+    }
+    await expect(schemaCheck(source).onModuleInit()).resolves.toBeUndefined();
+    const key = fresh();
+    await expect((await engine()).execute(work('tenant-a', key, 'request-transaction'))).resolves.toMatchObject({
+      kind: 'executed',
+    });
+    expect(await charges('tenant-a', key)).toBe(1);
   });
 
   it('the start-up check refuses a half-distributed layout with a fix-it message, and distributeIdempotencyTables fixes it', async () => {

@@ -1,5 +1,6 @@
 import { quoteTableName } from '../identifiers.js';
 import { delegatedGuard, keyLock, keyStoreFunction, keyStoreFunctions } from '../key-store.sql.js';
+import { createTableStatements, responseBodyStorage } from '../sql.js';
 
 export { delegatedGuard, NOT_DELEGATED_SQLSTATE } from '../key-store.sql.js';
 import { sqlMarker } from '../redacting-logger.js';
@@ -133,6 +134,43 @@ export function citusFunctionSignatures(tableName: string): string[] {
     `${c('release')}(text, text, uuid)`,
     `${c('end_lease')}(text, uuid)`,
     `${c('hold_key_lock')}(text, text)`,
+  ];
+}
+
+/**
+ * The key table's migration for a Citus cluster (`createIdempotencyKeysMigration(name, { citus: true })`): the same
+ * table and index, with the Citus texts of the functions (and the five it adds), so that running it again, as an
+ * upgrade asks, keeps the layout instead of putting back texts the workers refuse. The body-storage step is
+ * skipped on a distributed table, where Citus refuses `ALTER COLUMN ... SET COMPRESSION / SET STORAGE` (0A000)
+ * and the shards already kept what the table had when it was distributed.
+ */
+export function citusCreateTableStatements(tableName: string): string[] {
+  const table = quoteTableName(tableName);
+  const singleServer = new Set([responseBodyStorage(table), ...keyStoreFunctions(tableName)]);
+  const literal = `'${table.replace(/'/g, "''")}'`;
+  const bodyStorage = responseBodyStorage(table)
+    .replace(
+      /^DO \$body_storage\$\s*BEGIN/,
+      () => `DO $body_storage$
+    DECLARE
+      v_distributed boolean := false;
+    BEGIN
+      -- Dynamic: pg_dist_partition exists only where Citus is installed.
+      IF to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        EXECUTE 'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = to_regclass($1))'
+          INTO v_distributed USING ${literal};
+      END IF;
+      IF v_distributed THEN
+        RETURN;
+      END IF;
+      BEGIN`,
+    )
+    .replace(/END\s*\$body_storage\$$/, () => 'END;\n    END\n  $body_storage$');
+  return [
+    ...createTableStatements(tableName).filter((statement) => !singleServer.has(statement)),
+    bodyStorage,
+    ...keyStoreFunctions(tableName, 'citus'),
+    ...citusExtraFunctions(tableName),
   ];
 }
 
