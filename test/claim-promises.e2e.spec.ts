@@ -104,7 +104,9 @@ describe('what a claim promises', () => {
       // This instance: a business pool of one connection, held by another transaction, and a claim pool of its own.
       const main = await open(1);
       const claims = await open(2);
-      const waiting = new IdempotencyEngine(new PostgresIdempotencyStore(main, 'idempotency_keys', { ...keyTableOptions(), claimDataSource: claims }));
+      const waiting = new IdempotencyEngine(
+        new PostgresIdempotencyStore(main, 'idempotency_keys', { ...keyTableOptions(), claimDataSource: claims }),
+      );
       const other = new IdempotencyEngine(new PostgresIdempotencyStore(await open(), 'idempotency_keys', keyTableOptions()));
       const key = fresh();
       const holder: QueryRunner = main.createQueryRunner();
@@ -136,8 +138,12 @@ describe('what a claim promises', () => {
     ])(
       'a handler hung %s gives its key up at maxHold: a retry on another instance runs, and the hung work never commits',
       async (_, hang) => {
-        const hungEngine = new IdempotencyEngine(new PostgresIdempotencyStore(await open(), 'idempotency_keys', keyTableOptions()));
-        const retryEngine = new IdempotencyEngine(new PostgresIdempotencyStore(await open(), 'idempotency_keys', keyTableOptions()));
+        const hungEngine = new IdempotencyEngine(
+          new PostgresIdempotencyStore(await open(), 'idempotency_keys', keyTableOptions()),
+        );
+        const retryEngine = new IdempotencyEngine(
+          new PostgresIdempotencyStore(await open(), 'idempotency_keys', keyTableOptions()),
+        );
         const key = fresh();
         let holdExceeded = 0;
         const hung = hungEngine.execute({

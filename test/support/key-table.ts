@@ -22,7 +22,7 @@ export function keyTableKind(): KeyTableKind {
 
 /** The module and store options that go with the key table in use. */
 export function keyTableOptions(): { partitioned?: boolean; citus?: boolean } {
-  // PROTOTYPE (issue 31): the cluster layout of CITUS_TEST=1 (see database.ts).
+  // The cluster layout of CITUS_TEST=1 (see database.ts).
   const citus = process.env.CITUS_TEST === '1' ? { citus: true } : {};
   return kind === 'partitioned' ? { partitioned: true, ...citus } : citus;
 }
