@@ -1,4 +1,8 @@
 import { describe, it } from '@jest/globals';
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import pg from 'pg';
 import { DataSource, type DataSourceOptions } from 'typeorm';
 import { NOT_RUN_PREFIX } from './brokers.js';
@@ -89,4 +93,34 @@ export async function citusDataSource(schema: string, poolSize = 10): Promise<Da
   } as DataSourceOptions);
   await dataSource.initialize();
   return dataSource;
+}
+
+/** The directory of `cluster.sh`'s cluster (CITUS_CLUSTER_DIR, default its own), or undefined where there is none. */
+export function citusClusterDir(): string | undefined {
+  const cluster = process.env.CITUS_CLUSTER_DIR ?? join(process.env.TMPDIR ?? tmpdir(), 'citus-cluster');
+  return existsSync(join(cluster, 'w1', 'postgresql.conf')) ? cluster : undefined;
+}
+
+/**
+ * The data directory of the cluster's worker on `port`, where the test may stop and start it: CITUS_CLUSTER_DIR (a
+ * directory of `cluster.sh`, default its own, `${TMPDIR:-/tmp}/citus-cluster`), subdirectories `w1` and `w2`.
+ * Undefined where no such directory serves that port (a cluster this machine does not run).
+ */
+export function workerDataDir(port: number): string | undefined {
+  const cluster = citusClusterDir();
+  if (cluster === undefined) return undefined;
+  for (const name of ['w1', 'w2']) {
+    const conf = join(cluster, name, 'postgresql.conf');
+    if (existsSync(conf) && new RegExp(`^port = ${port}\\b`, 'm').test(readFileSync(conf, 'utf8'))) return join(cluster, name);
+  }
+  return undefined;
+}
+
+/** Stops (as a crash: `-m immediate`) or starts the worker whose data directory is `dir`, as the postgres user. */
+export function controlWorker(dir: string, action: 'crash' | 'start'): void {
+  const pgCtl = '/usr/lib/postgresql/15/bin/pg_ctl';
+  const args = action === 'crash' ? ['-D', dir, '-m', 'immediate', 'stop'] : ['-D', dir, '-l', `${dir}.log`, '-w', 'start'];
+  const command = [pgCtl, ...args].map((arg) => `'${arg}'`).join(' ');
+  if (process.getuid?.() === 0) execFileSync('su', ['postgres', '-c', command], { stdio: 'pipe' });
+  else execFileSync(pgCtl, args, { stdio: 'pipe' });
 }
