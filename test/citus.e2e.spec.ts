@@ -250,6 +250,12 @@ await describeWithCitus('the contract on a Citus cluster sharded by tenant', () 
     const later = await Promise.all(relays.map((relay, i) => relay.claim(10, 30_000, tokens[i], 5)));
     const claimed = [...batches, ...later].flatMap((batch) => batch.messages.map((m) => (m.payload as { key: string }).key));
     expect(claimed.sort()).toEqual(keys.map(({ key }) => key).sort());
+    // Locks renewed per tenant by the relay that holds them, not by the other one.
+    for (const [i, batch] of [...batches, ...later].entries()) {
+      const ids = batch.messages.map((m) => m.id);
+      await expect(relays[i % 2].renewLocks(ids, tokens[i % 2], 30_000)).resolves.toEqual(expect.arrayContaining(ids));
+      await expect(relays[(i + 1) % 2].renewLocks(ids, tokens[(i + 1) % 2], 30_000)).resolves.toEqual([]);
+    }
     // Settled with the tenant: each by the relay that holds it, not by the other one.
     for (const [i, batch] of [...batches, ...later].entries()) {
       for (const message of batch.messages) {

@@ -175,6 +175,7 @@ export class OutboxStore {
    * other relay claimed it since: no one else can be delivering it.
    */
   async renewLocks(ids: readonly string[], lockToken: string, lockMs: number): Promise<string[]> {
+    if (this.citus) return this.renewLocksPerTenant(ids, lockToken, lockMs);
     const { records } = await this.run(
       `${sqlMarker('outbox-renew')}
        UPDATE ${this.table} SET locked_until = now() + interval '1 millisecond' * $3::float8
@@ -183,6 +184,33 @@ export class OutboxStore {
       [ids, lockToken, lockMs],
     );
     return (records as Array<{ id: string }>).map((r) => String(r.id));
+  }
+
+  /**
+   * The renewal on Citus: the ids grouped by the tenant each was claimed with, one statement per tenant, so each runs
+   * on its tenant's shard (by ids alone it would update every shard, with a two-phase commit). An id this store did
+   * not claim goes with the rest the single-server way.
+   */
+  private async renewLocksPerTenant(ids: readonly string[], lockToken: string, lockMs: number): Promise<string[]> {
+    const byTenant = new Map<string | undefined, string[]>();
+    for (const id of ids) {
+      const tenant = this.claimedTenants.get(id);
+      byTenant.set(tenant, [...(byTenant.get(tenant) ?? []), id]);
+    }
+    const renewed: string[] = [];
+    for (const [tenant, group] of byTenant) {
+      // A literal condition on the tenant, not `$4 IS NULL OR ...`, which Citus cannot route to one shard.
+      const { records } = await this.run(
+        `${sqlMarker('outbox-renew')}
+         UPDATE ${this.table} SET locked_until = now() + interval '1 millisecond' * $3::float8
+          WHERE id = ANY($1::bigint[]) AND lock_token = $2 AND status = 'pending' AND locked_until IS NOT NULL
+          ${tenant === undefined ? '' : 'AND tenant_id = $4'}
+          RETURNING id`,
+        tenant === undefined ? [group, lockToken, lockMs] : [group, lockToken, lockMs, tenant],
+      );
+      renewed.push(...(records as Array<{ id: string }>).map((r) => String(r.id)));
+    }
+    return renewed;
   }
 
   /** Marks a claimed message delivered; false if this relay's lock was lost meanwhile. */
