@@ -9,6 +9,8 @@ import { IdempotencySchemaCheck } from '../src/store/schema-check.js';
 import { resolveIdempotencyOptions } from '../src/resolve-options.js';
 import { createOutboxStatements, createTableStatements } from '../src/store/sql.js';
 import { OutboxStore } from '../src/outbox/outbox.store.js';
+import { BoardQueries } from '../src/board/board.queries.js';
+import { boardKey } from '../src/board/board-key.js';
 import { createEffectLedgerStatements } from '../src/ledger/effect-ledger.sql.js';
 import { EffectLedger } from '../src/ledger/effect-ledger.js';
 import { distributeIdempotencyTables } from '../src/store/citus/distribute.js';
@@ -265,6 +267,36 @@ await describeWithCitus('the contract on a Citus cluster sharded by tenant', () 
     }
     const { rows } = await db.query(`SELECT status, count(*)::int AS count FROM outbox_messages GROUP BY status`);
     expect(rows).toEqual([{ status: 'delivered', count: keys.length }]);
+  });
+
+  it("the board's views read every shard or the tenant's, and its release ends a held attempt's lease (fenced) on the tenant's worker", async () => {
+    const source = await open(2);
+    const board = new BoardQueries(source, 'idempotency_keys', 'outbox_messages');
+    const store = new PostgresIdempotencyStore(source, 'idempotency_keys', { citus: true });
+    const [holder, retry] = [await engine(), await engine()];
+    const key = fresh();
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const holding = holder.execute(work('tenant-b', key, 'separate', { run: () => gate })).catch((error: unknown) => error);
+    await sleep(300);
+
+    const all = await board.keyCounts(null, 10);
+    expect(all.tenants.map((t) => t.tenant)).toContain('tenant-b');
+    expect(all.totals.inFlight).toBeGreaterThanOrEqual(1);
+    const mine = await board.keyCounts('tenant-b', 10);
+    expect(mine.tenants.map((t) => t.tenant)).toEqual(['tenant-b']);
+    const stuck = (await board.stuckKeys('tenant-b', 50)).find((s) => s.key === boardKey(key));
+    expect(stuck).toBeDefined();
+    await expect(board.lookup('tenant-b', key, false)).resolves.toMatchObject({ state: 'in-flight', tenant: 'tenant-b' });
+    await expect(board.outboxCounts(null)).resolves.toMatchObject({ dead: 0 });
+
+    // The operator's release: the next retry runs at once, and the held attempt's completion is fenced.
+    await expect(store.endLease('tenant-b', stuck!.ref)).resolves.toBe(key);
+    await expect(store.endLease('tenant-b', stuck!.ref)).resolves.toBeUndefined();
+    await expect(retry.execute(work('tenant-b', key, 'separate'))).resolves.toMatchObject({ kind: 'executed' });
+    release();
+    expect(await holding).toBeInstanceOf(LeaseLostError);
+    expect(await charges('tenant-b', key)).toBe(1);
   });
 
   it('the sweeper deletes expired keys in batches on every shard, never a key whose lease is valid, and goes on past a batch a takeover made short', async () => {

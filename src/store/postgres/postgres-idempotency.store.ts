@@ -248,7 +248,8 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
    */
   async endLease(tenant: string, ownerToken: string): Promise<string | undefined> {
     const { rows } = await this.pools.run({ text: this.statements.sql.endLease, values: [tenant, ownerToken] }, { write: true });
-    return (rows as Array<{ key: string }>)[0]?.key;
+    // `?? undefined`: on Citus the delegated function answers one row, with a null key when nothing was released.
+    return (rows as Array<{ key: string | null }>)[0]?.key ?? undefined;
   }
 
   /** Deletes expired keys in paced batches under an advisory lock; the partitioned table retires partitions instead. */
