@@ -120,6 +120,7 @@ export class IdempotencyModule extends ConfigurableModuleClass {
                 preparedStatements: options.preparedStatements,
                 claimDataSource: claims,
                 partitioned: options.partitioned,
+                citus: options.citus,
               }),
             inject: [IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS, IDEMPOTENCY_CLAIM_DATA_SOURCE],
           },

@@ -204,6 +204,15 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
    * once nothing in them is live, instead of deleting rows. Default `false`.
    */
   partitioned?: boolean;
+  /**
+   * The module's tables are distributed by tenant on a Citus cluster (`distributeIdempotencyTables`, run once on
+   * the coordinator; docs/scaling.md, "Past one server"), and the data source connects to the coordinator. The
+   * store then sends the key writes outside the claim and the completion (renewals, phases, releases, the board's
+   * release, the key lock of a REPEATABLE READ attempt) through the functions delegated to the worker that holds
+   * the tenant's shard, and the sweep's batch without `SKIP LOCKED`; the start-up check refuses a layout that is
+   * not completely distributed, naming what is missing. Not with `partitioned: true`. Default `false`.
+   */
+  citus?: boolean;
   /** Seconds in the `Retry-After` of a 503 when the store cannot be reached. Default 5. */
   unavailableRetryAfter?: number;
   /**
@@ -266,6 +275,7 @@ export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
   replayHeaders: ReadonlySet<string>;
   tableName: string;
   partitioned: boolean;
+  citus: boolean;
   unavailableRetryAfter: number;
   preparedStatements: boolean;
   reservedConnections: number;

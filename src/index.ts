@@ -35,6 +35,11 @@ export {
   CreatePartitionedIdempotencyKeys1765152000000,
   type PartitionedKeysMigrationOptions,
 } from './store/partitioned/partitioned-keys.migration.js';
+export {
+  createDistributeIdempotencyTablesMigration,
+  distributeIdempotencyTables,
+  type CitusLayout,
+} from './store/citus/distribute.js';
 export { migratingDataSourceFactory, runMigrationsWithLock, type RunMigrationsOptions } from './store/run-migrations.js';
 export { createIdempotencyKeyEntity, IdempotencyKeyEntity } from './store/idempotency-key.entity.js';
 export { IdempotencySweeper, type SweepReport } from './sweeper/idempotency.sweeper.js';

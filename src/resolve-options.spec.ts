@@ -5,6 +5,13 @@ import { resolveIdempotencyOptions, resolveRouteOptions } from './resolve-option
 const tenant = () => 't';
 
 describe('resolveIdempotencyOptions', () => {
+  it('takes citus: true (default false), and refuses it with the partitioned key table, saying what to use', () => {
+    expect(resolveIdempotencyOptions({ tenant }).citus).toBe(false);
+    expect(resolveIdempotencyOptions({ tenant, citus: true }).citus).toBe(true);
+    expect(() => resolveIdempotencyOptions({ tenant, citus: true, partitioned: true })).toThrow(IdempotencyConfigurationError);
+    expect(() => resolveIdempotencyOptions({ tenant, citus: true, partitioned: true })).toThrow('use the plain key table');
+  });
+
   it('fills the documented defaults', () => {
     const o = resolveIdempotencyOptions({ tenant });
     expect(o).toMatchObject({

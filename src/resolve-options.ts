@@ -61,6 +61,8 @@ export function resolveIdempotencyOptions(options: IdempotencyModuleOptions | un
   if (!Number.isInteger(unavailableRetryAfter) || unavailableRetryAfter < 1) {
     throw new IdempotencyConfigurationError(messages.config.positive('unavailableRetryAfter', unavailableRetryAfter));
   }
+  const citus = booleanOption(options.citus ?? false, 'citus');
+  if (citus && options.partitioned) throw new IdempotencyConfigurationError(messages.config.citusPartitioned);
   return {
     ...route,
     tenant: options.tenant,
@@ -69,6 +71,7 @@ export function resolveIdempotencyOptions(options: IdempotencyModuleOptions | un
     replayHeaders,
     tableName,
     partitioned: booleanOption(options.partitioned ?? false, 'partitioned'),
+    citus,
     unavailableRetryAfter,
     preparedStatements: booleanOption(options.preparedStatements ?? false, 'preparedStatements'),
     telemetry: booleanOption(options.telemetry ?? true, 'telemetry'),

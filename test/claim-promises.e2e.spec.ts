@@ -6,7 +6,7 @@ import { KeyInFlightError, LeaseLostError } from '../src/core/errors.js';
 import { PostgresIdempotencyStore } from '../src/store/postgres/postgres-idempotency.store.js';
 import { createTables, dataSourceOptions, freshSchema, openDataSource, sqlClient } from './support/database.js';
 import { sleep } from './support/http.js';
-import { claimRequest } from './support/key-table.js';
+import { claimRequest, keyTableOptions } from './support/key-table.js';
 
 /**
  * Promises the fast path must keep, each where it once broke: a claim given
@@ -71,7 +71,7 @@ describe('what a claim promises', () => {
 
   describe('giving a claim back', () => {
     it("a takeover's claim given back keeps the key's generation and attempts: the next retry resumes the same use of the key", async () => {
-      const store = new PostgresIdempotencyStore(await open(), 'idempotency_keys');
+      const store = new PostgresIdempotencyStore(await open(), 'idempotency_keys', keyTableOptions());
       const key = fresh();
       const first = await store.claim(claimRequest(key, { leaseMs: 100 }));
       expect(first.state).toBe('claimed');
@@ -89,7 +89,7 @@ describe('what a claim promises', () => {
     });
 
     it('a first claim given back is deleted: a retry runs at once, even with another request', async () => {
-      const store = new PostgresIdempotencyStore(await open(), 'idempotency_keys');
+      const store = new PostgresIdempotencyStore(await open(), 'idempotency_keys', keyTableOptions());
       const key = fresh();
       const first = claimRequest(key);
       expect((await store.claim(first)).state).toBe('claimed');
@@ -104,8 +104,10 @@ describe('what a claim promises', () => {
       // This instance: a business pool of one connection, held by another transaction, and a claim pool of its own.
       const main = await open(1);
       const claims = await open(2);
-      const waiting = new IdempotencyEngine(new PostgresIdempotencyStore(main, 'idempotency_keys', { claimDataSource: claims }));
-      const other = new IdempotencyEngine(new PostgresIdempotencyStore(await open(), 'idempotency_keys'));
+      const waiting = new IdempotencyEngine(
+        new PostgresIdempotencyStore(main, 'idempotency_keys', { ...keyTableOptions(), claimDataSource: claims }),
+      );
+      const other = new IdempotencyEngine(new PostgresIdempotencyStore(await open(), 'idempotency_keys', keyTableOptions()));
       const key = fresh();
       const holder: QueryRunner = main.createQueryRunner();
       await holder.startTransaction();
@@ -136,8 +138,12 @@ describe('what a claim promises', () => {
     ])(
       'a handler hung %s gives its key up at maxHold: a retry on another instance runs, and the hung work never commits',
       async (_, hang) => {
-        const hungEngine = new IdempotencyEngine(new PostgresIdempotencyStore(await open(), 'idempotency_keys'));
-        const retryEngine = new IdempotencyEngine(new PostgresIdempotencyStore(await open(), 'idempotency_keys'));
+        const hungEngine = new IdempotencyEngine(
+          new PostgresIdempotencyStore(await open(), 'idempotency_keys', keyTableOptions()),
+        );
+        const retryEngine = new IdempotencyEngine(
+          new PostgresIdempotencyStore(await open(), 'idempotency_keys', keyTableOptions()),
+        );
         const key = fresh();
         let holdExceeded = 0;
         const hung = hungEngine.execute({
@@ -167,8 +173,8 @@ describe('what a claim promises', () => {
     it.each(['request-transaction', 'separate'] as const)(
       'the same tenant and key in another table is another key: a %s claim there runs while the first table holds it',
       async (claimMode) => {
-        const first = new IdempotencyEngine(new PostgresIdempotencyStore(await open(), 'idempotency_keys'));
-        const second = new IdempotencyEngine(new PostgresIdempotencyStore(await open(), 'other_keys'));
+        const first = new IdempotencyEngine(new PostgresIdempotencyStore(await open(), 'idempotency_keys', keyTableOptions()));
+        const second = new IdempotencyEngine(new PostgresIdempotencyStore(await open(), 'other_keys', keyTableOptions()));
         const key = fresh();
         const holding = first.execute(work(key, 'request-transaction', () => sleep(600)));
         await sleep(200);

@@ -9,6 +9,9 @@ const NATS =
 const CHROMIUM =
   'not run: needs Chromium, which is not at /usr/bin/chromium (CHROMIUM_PATH; install it: apt-get install chromium)';
 
+const CITUS =
+  'not run: needs Citus, which did not answer at postgres://postgres@127.0.0.1:9700/postgres (it did not answer; CITUS_URL; start one: ../shared/citus/cluster.sh start)';
+
 const test = (title: string, status: TestCaseResult['status'] = 'passed'): TestCaseResult => ({
   title,
   ancestorTitles: ['a suite'],
@@ -68,5 +71,21 @@ describe('the not-run reporter (test/support/not-run-reporter.js)', () => {
     expect(banner).toContain('Run them once NATS JetStream answers and Chromium is installed:');
     expect(banner).toContain('npm test -- test/a.spec.ts sample-app/board.browser.spec.ts');
     expect(banner).toContain('REQUIRE_BROKERS=1 and REQUIRE_BROWSER=1 (as CI sets them) make a missing broker or browser fail');
+  });
+
+  it('names the Citus cluster, its variable and REQUIRE_CITUS, and no broker or browser, when only Citus is missing', () => {
+    const banner = notRunBanner({ testResults: [file('test/citus.e2e.spec.ts', test(CITUS))] }, ROOT)!;
+    expect(banner).toContain('NOT RUN: 1 suite, because Citus did not answer.');
+    expect(banner).toContain('test/citus.e2e.spec.ts › a suite (needs Citus)');
+    expect(banner).toContain('Run them once Citus answers:');
+    expect(banner).toContain('npm test -- test/citus.e2e.spec.ts');
+    expect(banner).toContain('REQUIRE_CITUS=1 (as CI sets it) makes a missing Citus cluster fail the run instead.');
+    expect(banner).not.toMatch(/broker|browser|chromium|REQUIRE_BROKERS/i);
+  });
+
+  it('counts a Citus stand-in as skipped, not passed', () => {
+    const aggregated = totals();
+    countApart(file('test/citus.e2e.spec.ts', test(CITUS)), aggregated);
+    expect(aggregated).toEqual({ numPassedTests: 9, numPendingTests: 1, numPassedTestSuites: 2, numPendingTestSuites: 1 });
   });
 });

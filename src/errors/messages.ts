@@ -112,6 +112,9 @@ export const messages = {
       'which the module replaces them at start-up.',
     partitionLayout: (name: string, expected: string, value: unknown) =>
       `createPartitionedIdempotencyKeysMigration(): \`${name}\` must be ${expected}, got ${JSON.stringify(value) ?? String(value)}.`,
+    citusPartitioned:
+      'IdempotencyModule: `citus: true` with `partitioned: true` is not supported yet: the partitioned key table has no ' +
+      'Citus texts of its functions. On Citus, use the plain key table (leave `partitioned` out).',
     layoutMismatch: (table: TableFix, partitioned: boolean) =>
       partitioned
         ? `IdempotencyModule: \`partitioned: true\` is set, but the key table "${table.name}" is not partitioned. Its ` +

@@ -25,4 +25,8 @@ export const outboxMessages = {
   failureUnrecorded: (id: string, topic: string, reason: string) =>
     `Outbox message ${id} (${topic}) failed, and recording the failure failed too: ${reason}. It is retried once its lock expires.`,
   roundFailed: (reason: string) => `Relay round failed: ${reason}`,
+  tenantRequiredOnCitus:
+    'Outbox.enqueue: a message needs a tenant with `citus: true`: the outbox is distributed by tenant_id, so a message ' +
+    "without one has no shard (and would not commit with the business writes on the tenant's worker). Pass `tenant`, " +
+    'or enqueue inside an idempotent request or execution, whose tenant is used.',
 } as const;

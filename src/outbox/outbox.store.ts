@@ -1,6 +1,7 @@
 import type { DataSource, EntityManager } from 'typeorm';
 import { installRedactingLogger, redactQueryError, sqlMarker } from '../store/redacting-logger.js';
 import { quoteTableName } from '../store/identifiers.js';
+import { outboxMessages } from './messages.js';
 
 /** A message as the relay hands it to a handler. */
 export interface OutboxMessage<P = unknown> {
@@ -43,12 +44,20 @@ interface MessageRow {
  */
 export class OutboxStore {
   private readonly table: string;
+  private readonly citus: boolean;
+  /**
+   * On Citus, the tenant of each message this relay claimed and has not settled yet, so that a settle names the
+   * tenant and runs on its shard: by id alone it would be an UPDATE of every shard, with a two-phase commit.
+   */
+  private readonly claimedTenants = new Map<string, string>();
 
   constructor(
     private readonly dataSource: DataSource,
     tableName: string,
+    options: { citus?: boolean } = {},
   ) {
     this.table = quoteTableName(tableName);
+    this.citus = Boolean(options.citus);
     installRedactingLogger(dataSource);
   }
 
@@ -56,6 +65,9 @@ export class OutboxStore {
     manager: EntityManager,
     message: { tenant?: string | null; topic: string; payload: unknown; delayMs?: number },
   ): Promise<string> {
+    if (this.citus && (typeof message.tenant !== 'string' || message.tenant === '')) {
+      throw new Error(outboxMessages.tenantRequiredOnCitus);
+    }
     const params = [message.tenant ?? null, message.topic, JSON.stringify(message.payload ?? null), message.delayMs ?? 0];
     try {
       const [row] = (await manager.query(
@@ -79,8 +91,11 @@ export class OutboxStore {
    * dead-letters it instead of delivering it once more.
    */
   async claim(batchSize: number, lockMs: number, lockToken: string, maxAttempts?: number): Promise<ClaimedBatch> {
-    const { records } = await this.run(
-      `${sqlMarker('outbox-claim')}
+    const records = this.citus
+      ? await this.claimPerTenant(batchSize, lockMs, lockToken, maxAttempts)
+      : (
+          await this.run(
+            `${sqlMarker('outbox-claim')}
        WITH due AS (
          SELECT id, $4::integer IS NOT NULL AND attempts >= $4::integer AS exhausted FROM ${this.table}
           WHERE status = 'pending' AND available_at <= now() AND (locked_until IS NULL OR locked_until <= now())
@@ -93,8 +108,9 @@ export class OutboxStore {
          FROM due
         WHERE m.id = due.id
         RETURNING m.id, m.tenant_id, m.topic, m.payload, m.attempts, m.created_at, due.exhausted`,
-      [batchSize, lockToken, lockMs, maxAttempts ?? null],
-    );
+            [batchSize, lockToken, lockMs, maxAttempts ?? null],
+          )
+        ).records;
     const rows = (records as MessageRow[]).sort((a, b) => Number(a.id) - Number(b.id));
     const message = (r: MessageRow): OutboxMessage => ({
       id: String(r.id),
@@ -112,12 +128,54 @@ export class OutboxStore {
   }
 
   /**
+   * The claim on Citus, where `FOR UPDATE SKIP LOCKED` runs only in a query of one shard ("could not run distributed
+   * query with FOR UPDATE/SHARE commands"): the tenants with due messages are read first, without locks (a query of
+   * every shard), then each tenant's messages are claimed as above with the tenant in both conditions, a query of
+   * its shard, until the batch is full. A tenant another relay has just claimed is skipped like its locked rows.
+   */
+  private async claimPerTenant(batchSize: number, lockMs: number, lockToken: string, maxAttempts?: number): Promise<unknown[]> {
+    const { records: due } = await this.run(
+      `${sqlMarker('outbox-due-tenants')}
+       SELECT DISTINCT tenant_id FROM ${this.table}
+        WHERE status = 'pending' AND available_at <= now() AND (locked_until IS NULL OR locked_until <= now())
+        LIMIT $1`,
+      [batchSize],
+    );
+    const claimed: MessageRow[] = [];
+    for (const { tenant_id: tenant } of due as Array<{ tenant_id: string }>) {
+      if (claimed.length >= batchSize) break;
+      const { records } = await this.run(
+        `${sqlMarker('outbox-claim')}
+         WITH due AS (
+           SELECT id, $4::integer IS NOT NULL AND attempts >= $4::integer AS exhausted FROM ${this.table}
+            WHERE tenant_id = $5 AND status = 'pending' AND available_at <= now() AND (locked_until IS NULL OR locked_until <= now())
+            ORDER BY available_at, id
+            LIMIT $1
+            FOR UPDATE SKIP LOCKED)
+         UPDATE ${this.table} AS m
+            SET attempts = CASE WHEN due.exhausted THEN m.attempts ELSE m.attempts + 1 END,
+                locked_until = now() + interval '1 millisecond' * $3::float8, lock_token = $2
+           FROM due
+          WHERE m.tenant_id = $5 AND m.id = due.id
+          RETURNING m.id, m.tenant_id, m.topic, m.payload, m.attempts, m.created_at, due.exhausted`,
+        [batchSize - claimed.length, lockToken, lockMs, maxAttempts ?? null, tenant],
+      );
+      for (const row of records as MessageRow[]) {
+        claimed.push(row);
+        this.claimedTenants.set(String(row.id), tenant);
+      }
+    }
+    return claimed;
+  }
+
+  /**
    * Extends the lock of claimed messages to `lockMs` from now, for those this
    * relay still holds (same token) and has not settled (a settled message has
    * no lock); returns their ids. A message whose lock lapsed is renewed if no
    * other relay claimed it since: no one else can be delivering it.
    */
   async renewLocks(ids: readonly string[], lockToken: string, lockMs: number): Promise<string[]> {
+    if (this.citus) return this.renewLocksPerTenant(ids, lockToken, lockMs);
     const { records } = await this.run(
       `${sqlMarker('outbox-renew')}
        UPDATE ${this.table} SET locked_until = now() + interval '1 millisecond' * $3::float8
@@ -126,6 +184,33 @@ export class OutboxStore {
       [ids, lockToken, lockMs],
     );
     return (records as Array<{ id: string }>).map((r) => String(r.id));
+  }
+
+  /**
+   * The renewal on Citus: the ids grouped by the tenant each was claimed with, one statement per tenant, so each runs
+   * on its tenant's shard (by ids alone it would update every shard, with a two-phase commit). An id this store did
+   * not claim goes with the rest the single-server way.
+   */
+  private async renewLocksPerTenant(ids: readonly string[], lockToken: string, lockMs: number): Promise<string[]> {
+    const byTenant = new Map<string | undefined, string[]>();
+    for (const id of ids) {
+      const tenant = this.claimedTenants.get(id);
+      byTenant.set(tenant, [...(byTenant.get(tenant) ?? []), id]);
+    }
+    const renewed: string[] = [];
+    for (const [tenant, group] of byTenant) {
+      // A literal condition on the tenant, not `$4 IS NULL OR ...`, which Citus cannot route to one shard.
+      const { records } = await this.run(
+        `${sqlMarker('outbox-renew')}
+         UPDATE ${this.table} SET locked_until = now() + interval '1 millisecond' * $3::float8
+          WHERE id = ANY($1::bigint[]) AND lock_token = $2 AND status = 'pending' AND locked_until IS NOT NULL
+          ${tenant === undefined ? '' : 'AND tenant_id = $4'}
+          RETURNING id`,
+        tenant === undefined ? [group, lockToken, lockMs] : [group, lockToken, lockMs, tenant],
+      );
+      renewed.push(...(records as Array<{ id: string }>).map((r) => String(r.id)));
+    }
+    return renewed;
   }
 
   /** Marks a claimed message delivered; false if this relay's lock was lost meanwhile. */
@@ -197,7 +282,13 @@ export class OutboxStore {
   }
 
   private async settle(sql: string, params: unknown[]): Promise<boolean> {
-    return (await this.count(sql, params)) === 1;
+    const id = String(params[0]);
+    const tenant = this.citus ? this.claimedTenants.get(id) : undefined;
+    if (tenant === undefined) return (await this.count(sql, params)) === 1;
+    // The settle statements all end with their WHERE clause: the tenant narrows it to the message's shard.
+    const settled = (await this.count(`${sql} AND tenant_id = $${params.length + 1}`, [...params, tenant])) === 1;
+    this.claimedTenants.delete(id);
+    return settled;
   }
 
   private async count(sql: string, params: unknown[]): Promise<number> {

@@ -30,7 +30,7 @@ export class Outbox {
     @Inject(IDEMPOTENCY_DATA_SOURCE) dataSource: DataSource,
     @Inject(IDEMPOTENCY_OPTIONS) options: ResolvedIdempotencyOptions,
   ) {
-    this.store = new OutboxStore(dataSource, options.outbox.tableName);
+    this.store = new OutboxStore(dataSource, options.outbox.tableName, { citus: options.citus });
   }
 
   /**

@@ -155,6 +155,61 @@ export function keyStoreFunctionNames(tableName: string): string[] {
 export const FENCE_LOST_SQLSTATE = 'NI409';
 
 /**
+ * Where the key table's functions run. `'postgres'` (the default): one server, the texts as they always were.
+ * `'citus'`: the table is distributed by tenant and the functions are delegated to the worker holding the
+ * tenant's shard (`create_distributed_function`, see src/store/citus/). There Citus still plans each statement
+ * of the function against the distributed table and refuses a STABLE function (`now()`) in `ON CONFLICT DO
+ * UPDATE` ("must be marked IMMUTABLE") and a VOLATILE one (`clock_timestamp()`, `gen_random_uuid()`) in an
+ * `UPDATE` ("must not be VOLATILE"); so the Citus texts read the clocks once into variables and use those.
+ * `now()` is the transaction's start whichever way it is read, so `v_now` is the same value; `v_clock` is read
+ * at the function's start instead of during its statement (microseconds earlier).
+ */
+export type FunctionDialect = 'postgres' | 'citus';
+
+/** SQLSTATE a delegated key function raises when it runs on a node that does not hold the tenant's shard (Citus). */
+export const NOT_DELEGATED_SQLSTATE = 'NI503';
+
+/**
+ * A plpgsql guard for the Citus dialect: the tenant's shard of the key table is on this node (Citus's metadata
+ * cache, no table scan). Citus runs a distributed function on the node that received the call, silently,
+ * whenever it cannot delegate it (an argument that is not a constant or a parameter, "arguments in a
+ * distributed function must be constant expressions" at DEBUG1): the key's lock would then be taken on that
+ * node instead of the shard's, and the claims of one key would no longer exclude each other.
+ */
+export function delegatedGuard(tableName: string): string {
+  const literal = `'${quoteTableName(tableName).replace(/'/g, "''")}'`;
+  return `IF NOT EXISTS (SELECT 1 FROM pg_dist_placement p
+                         WHERE p.shardid = get_shard_id_for_distribution_column(${literal}::regclass, p_tenant)
+                           AND p.groupid = (SELECT groupid FROM pg_dist_local_group)) THEN
+         RAISE EXCEPTION 'a key function of % ran on a node without the tenant''s shard (the call was not delegated)', ${literal}
+           USING ERRCODE = '${NOT_DELEGATED_SQLSTATE}',
+                 HINT = 'create_distributed_function(..., ''p_tenant'', colocate_with => ..., force_delegation => true), and call it with constant or parameter arguments';
+       END IF;`;
+}
+
+/**
+ * What a key function's text differs by between the dialects: the clock expressions its DML statements use,
+ * the variables the Citus texts declare, and the Citus texts' delegation guard (first statement of the body).
+ */
+export function dialectParts(
+  dialect: FunctionDialect,
+  tableName: string,
+): { now: string; clock: string; declare: string; guard: string; attributes: string } {
+  return dialect === 'citus'
+    ? {
+        // A delegated function runs on the worker's connection, whose search_path is the worker's default, not the
+        // app's: an unqualified table name there reached public.idempotency_keys instead of the app's schema's table.
+        // The function keeps the search_path it was created with (the app's: run the distribution with it).
+        attributes: ' SET search_path FROM CURRENT',
+        now: 'v_now',
+        clock: 'v_clock',
+        declare: 'v_now timestamptz := now();\n       v_clock timestamptz := clock_timestamp();',
+        guard: `${delegatedGuard(tableName)}\n       `,
+      }
+    : { now: 'now()', clock: 'clock_timestamp()', declare: '', guard: '', attributes: '' };
+}
+
+/**
  * The functions the claim and the completion call, created by the key
  * table's migration after the table. PL/pgSQL caches the plans of its
  * statements per connection, so a call costs a short parse and the plan is
@@ -172,8 +227,8 @@ export const FENCE_LOST_SQLSTATE = 'NI409';
  *
  * @param tableName the key table, possibly schema-qualified
  */
-export function keyStoreFunctions(tableName: string): string[] {
-  return [claimFunction(tableName), ...completionFunctions(tableName)];
+export function keyStoreFunctions(tableName: string, dialect: FunctionDialect = 'postgres'): string[] {
+  return [claimFunction(tableName, dialect), ...completionFunctions(tableName, dialect)];
 }
 
 /**
@@ -221,15 +276,16 @@ export const KEY_FUNCTIONS_VERSION = 'nest-idempotency-pg key functions 3';
 export const EXPIRY_FLOOR_SLACK = "interval '1 minute'";
 
 /** The plain table's claim function (see `keyStoreFunctions`): claim mode `separate`, and takeovers. */
-function claimFunction(tableName: string): string {
+function claimFunction(tableName: string, dialect: FunctionDialect = 'postgres'): string {
   const t = quoteTableName(tableName);
+  const { now, declare, guard, attributes } = dialectParts(dialect, tableName);
   return `CREATE OR REPLACE FUNCTION ${fn(t, 'claim')}${CLAIM_FUNCTION_SIGNATURE}
-     LANGUAGE plpgsql AS $fn$
+     LANGUAGE plpgsql${attributes} AS $fn$
      -- ${KEY_FUNCTIONS_VERSION}
      DECLARE
-       r ${t}%ROWTYPE;
+       r ${t}%ROWTYPE;${declare ? `\n       ${declare}` : ''}
      BEGIN
-       FOR i IN 1..3 LOOP
+       ${guard}FOR i IN 1..3 LOOP
          SELECT * INTO r FROM ${t} k WHERE k.tenant_id = p_tenant AND k.key = p_key;
          IF FOUND THEN
            IF r.status = 'in_flight' AND r.lease_expires_at > now() THEN
@@ -259,30 +315,30 @@ function claimFunction(tableName: string): string {
              (tenant_id, key, fingerprint, status, owner_token, generation, attempt, lease_expires_at, expires_at, created_at,
               expiry_floor)
            VALUES (p_tenant, p_key, p_fingerprint, 'in_flight', p_owner, p_owner, 1,
-                   now() + interval '1 millisecond' * p_lease_ms, now() + interval '1 millisecond' * p_ttl_ms, now(),
-                   now() + interval '1 millisecond' * p_ttl_ms)
+                   ${now} + interval '1 millisecond' * p_lease_ms, ${now} + interval '1 millisecond' * p_ttl_ms, ${now},
+                   ${now} + interval '1 millisecond' * p_ttl_ms)
            ON CONFLICT (tenant_id, key) DO UPDATE SET
              fingerprint = EXCLUDED.fingerprint,
              status = 'in_flight',
              owner_token = EXCLUDED.owner_token,
-             attempt = CASE WHEN k.expires_at <= now() THEN 1 ELSE k.attempt + 1 END,
+             attempt = CASE WHEN k.expires_at <= ${now} THEN 1 ELSE k.attempt + 1 END,
              -- Downstream keys derive from the generation: the same for a takeover (it finishes the
              -- same work), new for a key reused after it expired (new work).
-             generation = CASE WHEN k.expires_at <= now() THEN EXCLUDED.generation
+             generation = CASE WHEN k.expires_at <= ${now} THEN EXCLUDED.generation
                                ELSE coalesce(k.generation, EXCLUDED.generation) END,
              lease_expires_at = EXCLUDED.lease_expires_at,
              expires_at = EXCLUDED.expires_at,
              expiry_floor = EXCLUDED.expiry_floor,
-             created_at = now(),
+             created_at = ${now},
              completed_at = NULL,
              response_status = NULL,
              response_headers = NULL,
              response_body = NULL,
              -- A takeover resumes the phases its predecessor recorded; a fresh claim of an expired key starts over.
-             recovery_point = CASE WHEN k.expires_at <= now() THEN NULL ELSE k.recovery_point END,
-             phase_results = CASE WHEN k.expires_at <= now() THEN NULL ELSE k.phase_results END
-           WHERE NOT (k.status = 'in_flight' AND k.lease_expires_at > now())
-             AND (k.expires_at <= now() OR (k.status = 'in_flight' AND k.fingerprint = EXCLUDED.fingerprint))
+             recovery_point = CASE WHEN k.expires_at <= ${now} THEN NULL ELSE k.recovery_point END,
+             phase_results = CASE WHEN k.expires_at <= ${now} THEN NULL ELSE k.phase_results END
+           WHERE NOT (k.status = 'in_flight' AND k.lease_expires_at > ${now})
+             AND (k.expires_at <= ${now} OR (k.status = 'in_flight' AND k.fingerprint = EXCLUDED.fingerprint))
            RETURNING 'claimed'::text, k.attempt, k.generation::text, NULL::integer,
                      NULL::integer, NULL::jsonb, NULL::bytea, k.recovery_point, k.phase_results;
          IF FOUND THEN
@@ -338,25 +394,29 @@ export const WAIT_FOR_KEY_LOCK = `BEGIN
  * the same on the plain and the partitioned table (where it finds the row in
  * whichever partition holds it).
  */
-export function completionFunctions(tableName: string): string[] {
+export function completionFunctions(tableName: string, dialect: FunctionDialect = 'postgres'): string[] {
   const t = quoteTableName(tableName);
+  const { now, declare, guard, attributes } = dialectParts(dialect, tableName);
   return [
     `CREATE OR REPLACE FUNCTION ${fn(t, 'complete')}(
        p_tenant text, p_key text, p_owner uuid, p_status integer, p_headers jsonb, p_body bytea, p_ttl_ms float8)
      RETURNS boolean
-     LANGUAGE plpgsql AS $fn$
+     LANGUAGE plpgsql${attributes} AS $fn$
      DECLARE
        -- Inside the work's transaction, whose now() is when it began: the TTL counts from this write instead.
        v_stored timestamptz := clock_timestamp();
        v_expires timestamptz := v_stored + interval '1 millisecond' * p_ttl_ms;
+       -- The expiry less the slack, worked out here: timestamptz + interval is STABLE, and Citus refuses any
+       -- function that is not IMMUTABLE in a CASE of a statement on a distributed table.
+       v_expires_less_slack timestamptz := v_expires - ${EXPIRY_FLOOR_SLACK};${declare ? `\n       ${declare}` : ''}
      BEGIN
-       -- Changes no indexed column, so PostgreSQL can write the completed row as a HOT update beside the claimed
+       ${guard}-- Changes no indexed column, so PostgreSQL can write the completed row as a HOT update beside the claimed
        -- one (the fillfactor leaves room): expiry_floor stays, unless this completion comes so long after its claim
        -- that the floor must follow (see EXPIRY_FLOOR_SLACK).
        UPDATE ${t}
           SET status = 'completed', response_status = p_status, response_headers = p_headers, response_body = p_body,
               completed_at = v_stored, expires_at = v_expires,
-              expiry_floor = CASE WHEN v_expires > greatest(expiry_floor, lease_expires_at) + ${EXPIRY_FLOOR_SLACK}
+              expiry_floor = CASE WHEN v_expires_less_slack > greatest(expiry_floor, lease_expires_at)
                                   THEN v_expires ELSE expiry_floor END
         WHERE tenant_id = p_tenant AND key = p_key AND owner_token = p_owner AND status = 'in_flight';
        RETURN FOUND;
@@ -377,7 +437,7 @@ export function completionFunctions(tableName: string): string[] {
     // misses and fails with a serialization failure (40001), and the store starts the transaction again, with a
     // snapshot that sees that row (a replay, then read without the lock).
     `CREATE OR REPLACE FUNCTION ${fn(t, 'claim_in_transaction')}${CLAIM_FUNCTION_SIGNATURE}
-     LANGUAGE plpgsql AS $fn$
+     LANGUAGE plpgsql${attributes} AS $fn$
      -- ${KEY_FUNCTIONS_VERSION}
      DECLARE
        r ${t}%ROWTYPE;
@@ -385,7 +445,7 @@ export function completionFunctions(tableName: string): string[] {
        v_lock bigint := ${keyLock(tableName)};
        v_lock_timeout text := current_setting('lock_timeout');
      BEGIN
-       FOR i IN 1..2 LOOP
+       ${guard}FOR i IN 1..2 LOOP
          SELECT * INTO r FROM ${t} k WHERE k.tenant_id = p_tenant AND k.key = p_key;
          v_found := FOUND;
          IF v_found AND r.status = 'in_flight' AND r.lease_expires_at > now() THEN
@@ -426,28 +486,29 @@ export function completionFunctions(tableName: string): string[] {
        p_tenant text, p_key text, p_fingerprint text, p_owner uuid, p_status integer, p_headers jsonb, p_body bytea,
        p_ttl_ms float8)
      RETURNS boolean
-     LANGUAGE plpgsql AS $fn$
+     LANGUAGE plpgsql${attributes} AS $fn$
      DECLARE
        v_stored timestamptz := clock_timestamp();
        v_expires timestamptz := v_stored + interval '1 millisecond' * p_ttl_ms;
+       v_expires_less_slack timestamptz := v_expires - ${EXPIRY_FLOOR_SLACK};${declare ? `\n       ${declare}` : ''}
      BEGIN
-       INSERT INTO ${t} AS k
+       ${guard}INSERT INTO ${t} AS k
          (tenant_id, key, fingerprint, status, owner_token, generation, attempt, lease_expires_at, expires_at, created_at,
           completed_at, response_status, response_headers, response_body, expiry_floor)
-       VALUES (p_tenant, p_key, p_fingerprint, 'completed', p_owner, p_owner, 1, now(),
-               v_expires, now(), v_stored, p_status, p_headers, p_body, v_expires)
+       VALUES (p_tenant, p_key, p_fingerprint, 'completed', p_owner, p_owner, 1, ${now},
+               v_expires, ${now}, v_stored, p_status, p_headers, p_body, v_expires)
        ON CONFLICT (tenant_id, key) DO UPDATE SET
          status = 'completed',
          fingerprint = EXCLUDED.fingerprint,
          owner_token = EXCLUDED.owner_token,
          generation = CASE WHEN k.owner_token = EXCLUDED.owner_token THEN k.generation ELSE EXCLUDED.generation END,
          attempt = CASE WHEN k.owner_token = EXCLUDED.owner_token THEN k.attempt ELSE 1 END,
-         created_at = CASE WHEN k.owner_token = EXCLUDED.owner_token THEN k.created_at ELSE now() END,
-         lease_expires_at = now(),
+         created_at = CASE WHEN k.owner_token = EXCLUDED.owner_token THEN k.created_at ELSE ${now} END,
+         lease_expires_at = ${now},
          expires_at = EXCLUDED.expires_at,
          -- This attempt's own in-flight row (a takeover) keeps its floor, as the ordinary completion does.
          expiry_floor = CASE WHEN k.owner_token = EXCLUDED.owner_token
-                              AND EXCLUDED.expires_at <= k.expiry_floor + ${EXPIRY_FLOOR_SLACK}
+                              AND v_expires_less_slack <= k.expiry_floor
                              THEN k.expiry_floor ELSE EXCLUDED.expiry_floor END,
          completed_at = EXCLUDED.completed_at,
          response_status = EXCLUDED.response_status,
@@ -456,7 +517,7 @@ export function completionFunctions(tableName: string): string[] {
          recovery_point = NULL,
          phase_results = NULL
        WHERE (k.owner_token = EXCLUDED.owner_token AND k.status = 'in_flight')
-          OR (k.expires_at <= now() AND NOT (k.status = 'in_flight' AND k.lease_expires_at > now()));
+          OR (k.expires_at <= ${now} AND NOT (k.status = 'in_flight' AND k.lease_expires_at > ${now}));
        IF NOT FOUND THEN
          RAISE EXCEPTION 'the idempotency key is no longer this attempt''s' USING ERRCODE = '${FENCE_LOST_SQLSTATE}';
        END IF;
@@ -467,9 +528,9 @@ export function completionFunctions(tableName: string): string[] {
     `CREATE OR REPLACE FUNCTION ${fn(t, 'complete_or_raise')}(
        p_tenant text, p_key text, p_owner uuid, p_status integer, p_headers jsonb, p_body bytea, p_ttl_ms float8)
      RETURNS boolean
-     LANGUAGE plpgsql AS $fn$
+     LANGUAGE plpgsql${attributes} AS $fn$
      BEGIN
-       IF NOT ${fn(t, 'complete')}(p_tenant, p_key, p_owner, p_status, p_headers, p_body, p_ttl_ms) THEN
+       ${guard}IF NOT ${fn(t, 'complete')}(p_tenant, p_key, p_owner, p_status, p_headers, p_body, p_ttl_ms) THEN
          RAISE EXCEPTION 'the idempotency key is no longer this attempt''s' USING ERRCODE = '${FENCE_LOST_SQLSTATE}';
        END IF;
        RETURN true;

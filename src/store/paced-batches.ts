@@ -6,11 +6,13 @@ import type { SweepOptions } from '../core/idempotency-store.js';
  * I/O stay with requests. At least one batch per run, so a tight budget
  * still makes progress.
  *
- * @param deleteBatch deletes at most `options.batchSize` rows and says how many
+ * @param deleteBatch deletes at most `options.batchSize` rows and says how many; or how many it deleted and how many
+ *   it found to delete, when the two can differ (Citus: a row renewed meanwhile is found, then kept), since only a
+ *   batch that found fewer than `batchSize` says the backlog is done
  * @param startedAt when the run began (`Date.now()`), for `maxDurationMs`
  */
 export async function deleteInPacedBatches(
-  deleteBatch: () => Promise<number>,
+  deleteBatch: () => Promise<number | { deleted: number; candidates: number }>,
   options: SweepOptions,
   startedAt: number,
 ): Promise<{ deleted: number; batches: number; restedMs: number }> {
@@ -20,10 +22,11 @@ export async function deleteInPacedBatches(
   let rested = 0;
   for (;;) {
     const batchStarted = Date.now();
-    const count = await deleteBatch();
+    const batch = await deleteBatch();
+    const { deleted: count, candidates } = typeof batch === 'number' ? { deleted: batch, candidates: batch } : batch;
     batches++;
     deleted += count;
-    if (count < options.batchSize) break;
+    if (candidates < options.batchSize) break;
     const rest = duty < 1 ? ((Date.now() - batchStarted) * (1 - duty)) / duty : 0;
     if (Date.now() + rest - startedAt >= options.maxDurationMs) break;
     if (rest > 0) {

@@ -23,6 +23,7 @@ import {
 } from './sql.js';
 import { PARTITIONED_CLAIM_MARKER, partitionedRetentionIndexes } from './partitioned/partitioned-key-table.sql.js';
 import { ledgerTable } from '../ledger/effect-ledger.js';
+import { citusLayoutProblems } from './citus/citus-layout-check.js';
 
 /**
  * Looks the table up as the store's SQL names it (quoted, so case is kept; an
@@ -134,12 +135,27 @@ export class IdempotencySchemaCheck implements OnModuleInit {
         // The entity cannot say it: the room on each page that lets the completion be a HOT update. A no-op once set.
         await this.dataSource.query(keyTableFillfactor(quoteTableName(keys.name)));
       }
+      // Only with `citus: true`: one server's start-up sends what it always did.
+      if (problems.length === 0 && this.options.citus) problems.push(...(await this.checkCitusLayout(keys)));
     }
     if (problems.length > 0) throw new IdempotencyConfigurationError(problems.join('\n'));
   }
 
   private checkLayout(table: RequiredTable, partitioned: boolean): Promise<string[]> {
     return layoutProblems(this.dataSource, table, partitioned);
+  }
+
+  /**
+   * The distributed layout `citus: true` needs: every table of the module distributed by tenant and co-located, the
+   * key functions delegated with their Citus texts. A half-distributed layout would let requests span workers, or
+   * take a key's lock on a node that does not hold its row.
+   */
+  private checkCitusLayout(table: RequiredTable): Promise<string[]> {
+    return citusLayoutProblems((sql, params) => this.dataSource.query(sql, params) as Promise<unknown[]>, {
+      tableName: table.name,
+      outboxTableName: this.options.outbox.configured ? this.options.outbox.tableName : undefined,
+      ledgerTableName: this.options.ledger.configured ? this.options.ledger.tableName : undefined,
+    });
   }
 
   /**
@@ -156,8 +172,10 @@ export class IdempotencySchemaCheck implements OnModuleInit {
       }
       const stale = await staleClaimFunctions(this.dataSource, table.name, partitioned);
       if (stale.length === 0) return [];
-      if (!this.dataSource.options.synchronize || partitioned) return [messages.config.functionsFromOlderVersion(table, stale)];
-    } else if (!this.dataSource.options.synchronize || partitioned) {
+      if (!this.dataSource.options.synchronize || partitioned || this.options.citus) {
+        return [messages.config.functionsFromOlderVersion(table, stale)];
+      }
+    } else if (!this.dataSource.options.synchronize || partitioned || this.options.citus) {
       return [messages.config.functionsMissing(table, missing)];
     }
     await this.dataSource.transaction(async (tx) => {

@@ -6,6 +6,16 @@ import {
   DEFAULT_PARTITION_LAYOUT,
 } from '../../src/store/partitioned/partitioned-key-table.sql.js';
 import { keyTableKind } from './key-table.js';
+import { distributeIdempotencyTablesStatements } from '../../src/store/citus/citus.sql.js';
+
+/**
+ * With CITUS_TEST=1 and DATABASE_URL naming a Citus coordinator, `createTables` distributes what it creates: the
+ * test's effect table by its tenant (its primary key then has to contain it), and the module's tables with
+ * `distributeIdempotencyTablesStatements`, co-located with it. It runs the shared specs on a cluster by hand
+ * (docs/citus-findings.md, "Running the existing specs on the cluster"); test/citus.e2e.spec.ts is the Citus suite
+ * `npm test` runs.
+ */
+const citusTest = process.env.CITUS_TEST === '1';
 
 export function databaseUrl(): string {
   const url = process.env.DATABASE_URL;
@@ -101,6 +111,15 @@ export async function createTables(schema: string, tableName = 'idempotency_keys
   await client.connect();
   try {
     for (const statement of keyTableStatements(tableName)) await client.query(statement);
+    if (citusTest) {
+      await client.query(`CREATE TABLE IF NOT EXISTS effects (
+        id bigserial, tenant text NOT NULL, label text NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (tenant, id))`);
+      await client.query(`SELECT create_distributed_table('effects', 'tenant')
+        WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'effects'::regclass)`);
+      for (const statement of distributeIdempotencyTablesStatements({ tableName, colocateWith: 'effects' }))
+        await client.query(statement);
+      return;
+    }
     await client.query(`CREATE TABLE IF NOT EXISTS effects (
       id bigserial PRIMARY KEY, tenant text NOT NULL, label text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`);
   } finally {

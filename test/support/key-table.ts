@@ -21,8 +21,10 @@ export function keyTableKind(): KeyTableKind {
 }
 
 /** The module and store options that go with the key table in use. */
-export function keyTableOptions(): { partitioned?: boolean } {
-  return kind === 'partitioned' ? { partitioned: true } : {};
+export function keyTableOptions(): { partitioned?: boolean; citus?: boolean } {
+  // The cluster layout of CITUS_TEST=1 (see database.ts).
+  const citus = process.env.CITUS_TEST === '1' ? { citus: true } : {};
+  return kind === 'partitioned' ? { partitioned: true, ...citus } : citus;
 }
 
 /** A claim of `key` by a new attempt (a fresh owner token) in tenant `tenant-a`, for the store-level specs. */

@@ -1,7 +1,7 @@
 // A Jest reporter that names the suites that did not run because a message
-// broker did not answer or Chromium is not installed, and says how to run them. Each such suite is one test
+// broker or the Citus cluster did not answer or Chromium is not installed, and says how to run them. Each such suite is one test
 // titled `not run: needs <what>, which ...` (describeWithBroker in brokers.ts, describeEachWithBrowser in
-// browser.ts), which passes, so `npm test` passes on a machine without them. The reporter counts those tests
+// browser.ts, describeWithCitus in citus.ts), which passes, so `npm test` passes on a machine without them. The reporter counts those tests
 // (and a file that holds nothing else) as skipped, not passed, in Jest's summary, and its banner makes sure
 // nobody takes them for suites that passed. Jest prints its summary after every reporter, so the banner is left
 // for the global teardown, which runs after the summary, to print as the run's last words. Plain JavaScript:
@@ -10,8 +10,10 @@ import { relative } from 'node:path';
 
 /** NOT_RUN_PREFIX in brokers.ts. */
 const NOT_RUN_PREFIX = 'not run: ';
-/** What describeEachWithBrowser says is missing; anything else a stand-in names is a message broker. */
+/** What describeEachWithBrowser says is missing. */
 const BROWSER = 'Chromium';
+/** What describeWithCitus says is missing; anything else a stand-in names is a message broker. */
+const CITUS = 'Citus';
 
 /** Where the banner waits for test/support/global-teardown.ts (same process). */
 export const NOT_RUN_BANNER = Symbol.for('nest-idempotency-pg.test.not-run-banner');
@@ -66,20 +68,28 @@ export function notRunBanner(results, rootDir) {
   const files = [...new Set(notRun.map((entry) => entry.file))];
   const reasons = [...new Set(notRun.map((entry) => entry.why))];
   const missing = [...new Set(notRun.map((entry) => entry.missing))];
-  const brokers = missing.filter((name) => name !== BROWSER);
+  const brokers = missing.filter((name) => name !== BROWSER && name !== CITUS);
   const browser = missing.includes(BROWSER);
+  const citus = missing.includes(CITUS);
+  const answering = [...brokers, ...(citus ? [CITUS] : [])];
   const what = [
-    brokers.length > 0 ? `${list(brokers)} did not answer` : undefined,
+    answering.length > 0 ? `${list(answering)} did not answer` : undefined,
     browser ? `${BROWSER} is not installed` : undefined,
   ].filter(Boolean);
   const until = [
-    brokers.length > 0 ? `${list(brokers)} ${brokers.length > 1 ? 'answer' : 'answers'}` : undefined,
+    answering.length > 0 ? `${list(answering)} ${answering.length > 1 ? 'answer' : 'answers'}` : undefined,
     browser ? `${BROWSER} is installed` : undefined,
   ].filter(Boolean);
-  const required = [brokers.length > 0 ? 'REQUIRE_BROKERS=1' : undefined, browser ? 'REQUIRE_BROWSER=1' : undefined].filter(
-    Boolean,
-  );
-  const kinds = [brokers.length > 0 ? 'broker' : undefined, browser ? 'browser' : undefined].filter(Boolean);
+  const required = [
+    brokers.length > 0 ? 'REQUIRE_BROKERS=1' : undefined,
+    browser ? 'REQUIRE_BROWSER=1' : undefined,
+    citus ? 'REQUIRE_CITUS=1' : undefined,
+  ].filter(Boolean);
+  const kinds = [
+    brokers.length > 0 ? 'broker' : undefined,
+    browser ? 'browser' : undefined,
+    citus ? 'Citus cluster' : undefined,
+  ].filter(Boolean);
   const rule = '!'.repeat(78);
   const suites = notRun.length === 1 ? '1 suite' : `${notRun.length} suites`;
   return [

@@ -125,7 +125,10 @@ export function openAttempt(
       // lock; the work's next statement fails, and its connection is dropped rather than lent again.
       const pid = (runner as unknown as { databaseConnection?: { processID?: number } }).databaseConnection?.processID;
       if (pid !== undefined) {
-        const terminate = { text: 'SELECT pg_terminate_backend($1)', values: [pid] };
+        // `::integer` on Citus: it adds pg_terminate_backend(bigint, bigint), and an untyped parameter then fails
+        // (42725, not unique), so the hung attempt would keep its key. One server gets the text it always got.
+        const text = parts.statements.citus ? 'SELECT pg_terminate_backend($1::integer)' : 'SELECT pg_terminate_backend($1)';
+        const terminate = { text, values: [pid] };
         await pools.run(terminate, { source: pools.claimPool }).catch(() => undefined);
       }
       await end(Object.assign(new Error('The attempt held its key past maxHold and was ended.'), { code: ADMIN_SHUTDOWN }));

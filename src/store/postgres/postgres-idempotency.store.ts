@@ -43,6 +43,8 @@ export interface PostgresIdempotencyStoreOptions {
    * (the table's functions differ). Default false.
    */
   partitioned?: boolean;
+  /** The key table is distributed on Citus by `distributeIdempotencyTables` (see the module option `citus`). Default false. */
+  citus?: boolean;
 }
 
 /**
@@ -71,6 +73,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     this.statements = new KeyStatements(table, tableName, {
       preparedStatements: Boolean(options.preparedStatements),
       partitioned: this.partitions !== undefined,
+      citus: Boolean(options.citus),
     });
     this.pools = new Pools(dataSource, claimPool);
     this.attemptParts = {
@@ -171,8 +174,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   override async renewLease(ref: ClaimRef, leaseMs: number): Promise<boolean> {
     if (this.attemptParts.keyLockHolders.has(ref.ownerToken)) return true;
     const statement = { text: this.statements.sql.renewLease, values: [ref.tenant, ref.key, ref.ownerToken, leaseMs] };
-    const { affected } = await this.pools.run(statement, { write: true });
-    return affected === 1;
+    return rowsChanged(await this.pools.run(statement, { write: true })) === 1;
   }
 
   /**
@@ -219,8 +221,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       values: [ref.tenant, ref.key, ref.ownerToken, phases.recoveryPoint, JSON.stringify(phases.results), leaseMs],
     };
     try {
-      const { affected } = await this.pools.run(statement, tx ? { tx } : { write: true });
-      return affected === 1;
+      return rowsChanged(await this.pools.run(statement, tx ? { tx } : { write: true })) === 1;
     } catch (error) {
       if (isFenceLost(error)) return false;
       throw error;
@@ -234,7 +235,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
    */
   async release(ref: ClaimRef, forget = false): Promise<boolean> {
     const values = [ref.tenant, ref.key, ref.ownerToken];
-    if (forget) return (await this.pools.run({ text: this.statements.sql.forget, values }, { write: true })).affected === 1;
+    if (forget) return rowsChanged(await this.pools.run({ text: this.statements.sql.forget, values }, { write: true })) === 1;
     const { rows } = await this.pools.run({ text: this.statements.sql.release, values }, { write: true });
     return Number((rows as Array<{ released: string | number }>)[0]?.released ?? 0) > 0;
   }
@@ -247,7 +248,8 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
    */
   async endLease(tenant: string, ownerToken: string): Promise<string | undefined> {
     const { rows } = await this.pools.run({ text: this.statements.sql.endLease, values: [tenant, ownerToken] }, { write: true });
-    return (rows as Array<{ key: string }>)[0]?.key;
+    // `?? undefined`: on Citus the delegated function answers one row, with a null key when nothing was released.
+    return (rows as Array<{ key: string | null }>)[0]?.key ?? undefined;
   }
 
   /** Deletes expired keys in paced batches under an advisory lock; the partitioned table retires partitions instead. */
@@ -262,4 +264,13 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   isUnavailableError(error: unknown): boolean {
     return isUnavailableError(error);
   }
+}
+
+/**
+ * The rows a statement changed: its row count, or, for a delegated function of the Citus layout (one row, the
+ * function's answer in `n`), that answer.
+ */
+function rowsChanged(result: { rows: unknown[]; affected: number }): number {
+  const n = (result.rows[0] as { n?: unknown } | undefined)?.n;
+  return typeof n === 'number' ? n : result.affected;
 }

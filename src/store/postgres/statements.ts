@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { ClaimRef, ClaimRequest, ClaimResult, StoredResponse } from '../../core/idempotency-store.js';
 import { FENCE_LOST_SQLSTATE, keyStoreStatements } from '../key-store.sql.js';
 import type { PipelinedResult, PipelinedStatement } from './pipelined.js';
+import { citusKeyStatements } from '../citus/citus.sql.js';
 
 /**
  * Opens the claim's own transaction, and an autocommit write's: READ COMMITTED
@@ -38,14 +39,22 @@ export interface ClaimRow {
  */
 export class KeyStatements {
   /** The statements' texts (see key-store.sql.ts). */
-  readonly sql: ReturnType<typeof keyStoreStatements>;
+  readonly sql: { readonly [K in keyof ReturnType<typeof keyStoreStatements>]: string };
 
   constructor(
     private readonly table: string,
     tableName: string,
-    private readonly options: { preparedStatements: boolean; partitioned: boolean },
+    private readonly options: { preparedStatements: boolean; partitioned: boolean; citus?: boolean },
   ) {
-    this.sql = keyStoreStatements(table, tableName);
+    const sql = keyStoreStatements(table, tableName);
+    // Citus (prototype, issue 31): the writes the coordinator refuses, and the key lock it would take on itself, go
+    // through the functions delegated to the tenant's worker.
+    this.sql = options.citus ? { ...sql, ...citusKeyStatements(table) } : sql;
+  }
+
+  /** The key table is distributed on Citus (the module option `citus`). */
+  get citus(): boolean {
+    return Boolean(this.options.citus);
   }
 
   /** The claim function of claim mode `request-transaction`: the partitioned table's one claim takes both modes. */

@@ -52,10 +52,12 @@ export async function sweepExpiredKeys(
         const statement = { text: statements.sql.sweepBatch, values: [options.batchSize, after] };
         const [batch] = (await pools.run(statement, { source: pools.main, write: true })).rows as Array<{
           deleted: number;
+          /** Only the Citus batch's (see citusKeyStatements). */
+          candidates?: number;
           last: string | null;
         }>;
         if (batch.last !== null) after = batch.last;
-        return batch.deleted;
+        return batch.candidates === undefined ? batch.deleted : { deleted: batch.deleted, candidates: batch.candidates };
       },
       options,
       started,

@@ -32,6 +32,8 @@ const UNAVAILABLE_MESSAGES = [
   'Cannot use a pool after calling end',
   'Connection is not established',
   'the database system is',
+  // Citus (XX000): a worker did not answer the COMMIT of the app's transaction; whether it committed is unknown.
+  'could not commit transaction for shard',
 ];
 
 /**
