@@ -54,7 +54,7 @@ import { FENCE_LOST_SQLSTATE, keyStoreStatements } from '../src/store/key-store.
 import { pipelined, type PipelineClient, type PipelinedStatement } from '../src/store/postgres/pipelined.js';
 import { quoteTableName } from '../src/store/identifiers.js';
 import { Idempotent, IdempotencyModule, TxManager } from '../src/index.js';
-import { CHARGES_TABLE, CUSTOMERS_TABLE, EVENTS_TABLE, KEY_TABLE, LEDGER_TABLE } from './database.js';
+import { BENCH_TENANT, CHARGES_TABLE, CUSTOMERS_TABLE, EVENTS_TABLE, KEY_TABLE, LEDGER_TABLE, onCitus } from './database.js';
 import {
   APP_APPLICATION_NAME,
   type AppEvent,
@@ -78,7 +78,7 @@ interface ChargeBody {
 type Rows = Array<Record<string, unknown>>;
 type Query = (sql: string, params: unknown[]) => Promise<Rows>;
 
-const TENANT = 'bench';
+const TENANT = BENCH_TENANT;
 const INSERT_CHARGE = `INSERT INTO ${CHARGES_TABLE} (amount, currency, customer) VALUES ($1, $2, $3) RETURNING id, created_at`;
 
 /** The one handler body every route shares: insert a charge, then answer its view. */
@@ -567,6 +567,7 @@ function createBenchModule(counter: RoundTripCounter) {
       IdempotencyModule.forRoot({
         tenant: () => TENANT,
         sweep: false,
+        citus: onCitus(),
         preparedStatements: process.env.BENCH_PREPARED_STATEMENTS === '1',
         // The replayFromMemory variant's keys are made once and replayed for the whole run: they must outlive it.
         completedAnswers: { window: '2h' },

@@ -1,9 +1,10 @@
 import { execFileSync } from 'node:child_process';
-import { mkdtemp, readFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import pg from 'pg';
+import { distributeIdempotencyTablesStatements } from '../src/store/citus/citus.sql.js';
 import { createTableStatements } from '../src/store/sql.js';
 
 export const KEY_TABLE = 'idempotency_keys';
@@ -16,6 +17,16 @@ export const EVENTS_TABLE = 'bench_events';
 export const BENCH_CUSTOMER = 'cus_bench';
 /** Filled rows are spread over this many tenants, and probe claims pick one of them, so new keys land all over the primary key. */
 export const FILL_TENANTS = 100;
+/** The tenant of every bench request (the app's resolver answers it; the charges' distribution column defaults to it on Citus). */
+export const BENCH_TENANT = 'bench';
+
+/**
+ * `BENCH_CITUS=1`: DATABASE_URL is a Citus coordinator (docs/scaling.md). The charges table is distributed by
+ * tenant and the module's tables with it (`distributeIdempotencyTables`'s statements), the app runs with
+ * `citus: true`, and the PostgreSQL CPU measured is that of every PostgreSQL process of the machine (the
+ * coordinator's backends, the workers' backends it opens, their daemons), not only the app's backends.
+ */
+export const onCitus = (env: NodeJS.ProcessEnv = process.env) => env.BENCH_CITUS === '1';
 
 export interface BenchDatabase {
   url: string;
@@ -52,12 +63,24 @@ export async function resetSchema(url: string, schema: string): Promise<void> {
   const client = await connect(url, schema);
   try {
     for (const statement of createTableStatements(KEY_TABLE)) await client.query(statement);
-    await client.query(`CREATE TABLE ${CHARGES_TABLE} (
+    await client.query(
+      onCitus()
+        ? // Citus enforces a key only with the distribution column in it; the handlers insert without a tenant.
+          `CREATE TABLE ${CHARGES_TABLE} (
+          tenant_id text NOT NULL DEFAULT '${BENCH_TENANT}',
+          id bigserial,
+          amount integer NOT NULL,
+          currency text NOT NULL,
+          customer text NOT NULL,
+          created_at timestamptz NOT NULL DEFAULT now(),
+          PRIMARY KEY (tenant_id, id))`
+        : `CREATE TABLE ${CHARGES_TABLE} (
       id bigserial PRIMARY KEY,
       amount integer NOT NULL,
       currency text NOT NULL,
       customer text NOT NULL,
-      created_at timestamptz NOT NULL DEFAULT now())`);
+      created_at timestamptz NOT NULL DEFAULT now())`,
+    );
     await client.query(`CREATE TABLE ${CUSTOMERS_TABLE} (
       id text PRIMARY KEY,
       name text NOT NULL,
@@ -81,6 +104,11 @@ export async function resetSchema(url: string, schema: string): Promise<void> {
       type text NOT NULL,
       provider_reference text NOT NULL,
       created_at timestamptz NOT NULL DEFAULT now())`);
+    if (onCitus()) {
+      await client.query(`SELECT create_distributed_table('${CHARGES_TABLE}', 'tenant_id')`);
+      for (const statement of distributeIdempotencyTablesStatements({ tableName: KEY_TABLE, colocateWith: CHARGES_TABLE }))
+        await client.query(statement);
+    }
   } finally {
     await client.end();
   }
@@ -172,6 +200,7 @@ export class BackendCpu {
   ) {}
 
   async snapshot(): Promise<Map<number, number> | null> {
+    if (onCitus()) return allPostgresCpu();
     const { rows } = await this.client.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE application_name = $1', [
       this.applicationName,
     ]);
@@ -202,6 +231,17 @@ export class BackendCpu {
     }
     return BackendCpu.ticksPerSecond;
   }
+}
+
+/** CPU ms of every PostgreSQL process of this machine (Citus: the coordinator, the workers and their daemons). */
+async function allPostgresCpu(): Promise<Map<number, number>> {
+  const cpu = new Map<number, number>();
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const ms = await processCpuMs(Number(entry));
+    if (ms !== null) cpu.set(Number(entry), ms);
+  }
+  return cpu;
 }
 
 async function processCpuMs(pid: number): Promise<number | null> {
