@@ -93,24 +93,7 @@ export class OutboxStore {
   async claim(batchSize: number, lockMs: number, lockToken: string, maxAttempts?: number): Promise<ClaimedBatch> {
     const records = this.citus
       ? await this.claimPerTenant(batchSize, lockMs, lockToken, maxAttempts)
-      : (
-          await this.run(
-            `${sqlMarker('outbox-claim')}
-       WITH due AS (
-         SELECT id, $4::integer IS NOT NULL AND attempts >= $4::integer AS exhausted FROM ${this.table}
-          WHERE status = 'pending' AND available_at <= now() AND (locked_until IS NULL OR locked_until <= now())
-          ORDER BY available_at, id
-          LIMIT $1
-          FOR UPDATE SKIP LOCKED)
-       UPDATE ${this.table} AS m
-          SET attempts = CASE WHEN due.exhausted THEN m.attempts ELSE m.attempts + 1 END,
-              locked_until = now() + interval '1 millisecond' * $3::float8, lock_token = $2
-         FROM due
-        WHERE m.id = due.id
-        RETURNING m.id, m.tenant_id, m.topic, m.payload, m.attempts, m.created_at, due.exhausted`,
-            [batchSize, lockToken, lockMs, maxAttempts ?? null],
-          )
-        ).records;
+      : (await this.run(this.claimStatement(false), [batchSize, lockToken, lockMs, maxAttempts ?? null])).records;
     const rows = (records as MessageRow[]).sort((a, b) => Number(a.id) - Number(b.id));
     const message = (r: MessageRow): OutboxMessage => ({
       id: String(r.id),
@@ -125,6 +108,27 @@ export class OutboxStore {
       messages: rows.filter((r) => !r.exhausted).map(message),
       exhausted: rows.filter((r) => r.exhausted).map(message),
     };
+  }
+
+  /**
+   * The claim's statement: the due messages locked and counted in one statement. `oneTenant` confines it to the
+   * tenant given as $5, in both conditions, so that on Citus it is a query of that tenant's shard.
+   */
+  private claimStatement(oneTenant: boolean): string {
+    const tenant = (alias: string) => (oneTenant ? `${alias}tenant_id = $5 AND ` : '');
+    return `${sqlMarker('outbox-claim')}
+       WITH due AS (
+         SELECT id, $4::integer IS NOT NULL AND attempts >= $4::integer AS exhausted FROM ${this.table}
+          WHERE ${tenant('')}status = 'pending' AND available_at <= now() AND (locked_until IS NULL OR locked_until <= now())
+          ORDER BY available_at, id
+          LIMIT $1
+          FOR UPDATE SKIP LOCKED)
+       UPDATE ${this.table} AS m
+          SET attempts = CASE WHEN due.exhausted THEN m.attempts ELSE m.attempts + 1 END,
+              locked_until = now() + interval '1 millisecond' * $3::float8, lock_token = $2
+         FROM due
+        WHERE ${tenant('m.')}m.id = due.id
+        RETURNING m.id, m.tenant_id, m.topic, m.payload, m.attempts, m.created_at, due.exhausted`;
   }
 
   /**
@@ -144,22 +148,13 @@ export class OutboxStore {
     const claimed: MessageRow[] = [];
     for (const { tenant_id: tenant } of due as Array<{ tenant_id: string }>) {
       if (claimed.length >= batchSize) break;
-      const { records } = await this.run(
-        `${sqlMarker('outbox-claim')}
-         WITH due AS (
-           SELECT id, $4::integer IS NOT NULL AND attempts >= $4::integer AS exhausted FROM ${this.table}
-            WHERE tenant_id = $5 AND status = 'pending' AND available_at <= now() AND (locked_until IS NULL OR locked_until <= now())
-            ORDER BY available_at, id
-            LIMIT $1
-            FOR UPDATE SKIP LOCKED)
-         UPDATE ${this.table} AS m
-            SET attempts = CASE WHEN due.exhausted THEN m.attempts ELSE m.attempts + 1 END,
-                locked_until = now() + interval '1 millisecond' * $3::float8, lock_token = $2
-           FROM due
-          WHERE m.tenant_id = $5 AND m.id = due.id
-          RETURNING m.id, m.tenant_id, m.topic, m.payload, m.attempts, m.created_at, due.exhausted`,
-        [batchSize - claimed.length, lockToken, lockMs, maxAttempts ?? null, tenant],
-      );
+      const { records } = await this.run(this.claimStatement(true), [
+        batchSize - claimed.length,
+        lockToken,
+        lockMs,
+        maxAttempts ?? null,
+        tenant,
+      ]);
       for (const row of records as MessageRow[]) {
         claimed.push(row);
         this.claimedTenants.set(String(row.id), tenant);
