@@ -34,6 +34,9 @@ export function keyStoreStatements(t: string, tableName: string) {
   return {
     // A separate attempt's transaction holding the key's lock (see the store's holdKeyLockStatement): $1 tenant, $2 key.
     holdKeyLock: `${sqlMarker('hold-key')} SELECT pg_try_advisory_xact_lock(${keyLock(tableName, '$1::text', '$2::text')}) AS locked`,
+    // A request-transaction attempt on one server letting go of the key's lock it held for its session (see
+    // HOLD_FOR_SESSION) when it ends without its completion: $1 tenant, $2 key.
+    releaseKeyLock: `${sqlMarker('release-key')} SELECT pg_advisory_unlock(${keyLock(tableName, '$1::text', '$2::text')}) AS released`,
     // One round trip answers every cell of the state table: a short call of
     // the claim function (see keyStoreFunctions), whose statements PostgreSQL
     // plans once per connection. Unnamed, so PgBouncer in transaction pooling
@@ -244,9 +247,10 @@ export const CLAIM_FUNCTION_SIGNATURE = `(
 /**
  * Marks the claim functions of this version (a comment in their source): the
  * start-up check refuses functions an older version created, which lack the
- * key's lock, the isolation handling or the expiry floor the store now relies on.
+ * key's lock, the isolation handling, the expiry floor or the request-transaction
+ * claim's session hold (version 4) the store now relies on.
  */
-export const KEY_FUNCTIONS_VERSION = 'nest-idempotency-pg key functions 3';
+export const KEY_FUNCTIONS_VERSION = 'nest-idempotency-pg key functions 4';
 
 /**
  * How long after `greatest(expiry_floor, lease_expires_at)` a completed row
@@ -390,6 +394,28 @@ export const WAIT_FOR_KEY_LOCK = `BEGIN
          PERFORM set_config('lock_timeout', v_lock_timeout, true);`;
 
 /**
+ * What a request-transaction claim on one server does once the key is its own (claim_in_transaction, which holds
+ * the key's transaction-level lock by then): it takes the same lock for its session too, at once (a session's
+ * holds of one lock never wait for each other). A failure whose answer is stored then rolls the work back with
+ * `ROLLBACK AND CHAIN` and completes the key in the chained transaction: the session hold spans the moment between
+ * them, so a duplicate waiting on the lock never finds the key free, with no savepoint (a subtransaction) in the
+ * request. The completion hands the hold back to its transaction (HAND_SESSION_HOLD_TO_TRANSACTION), and every
+ * other end of the attempt releases it (the store's `releaseKeyLock`) or ends its connection.
+ */
+const HOLD_FOR_SESSION = 'PERFORM pg_advisory_lock(v_lock);';
+
+/**
+ * The first step of complete_in_transaction on one server: the key's lock, held for the session since the claim,
+ * is held by the completion's transaction instead, so it is released at that transaction's COMMIT or ROLLBACK,
+ * whichever ends it, and never outlives it on a pooled connection. A transaction that cannot take the lock at once
+ * is not the key's holder: the fence fails.
+ */
+const HAND_SESSION_HOLD_TO_TRANSACTION = `IF NOT pg_try_advisory_xact_lock(v_lock) THEN
+         RAISE EXCEPTION 'the idempotency key is no longer this attempt''s' USING ERRCODE = '${FENCE_LOST_SQLSTATE}';
+       END IF;
+       PERFORM pg_advisory_unlock(v_lock);`;
+
+/**
  * The completion functions: a fenced UPDATE by tenant, key and owner token,
  * the same on the plain and the partitioned table (where it finds the row in
  * whichever partition holds it).
@@ -397,6 +423,10 @@ export const WAIT_FOR_KEY_LOCK = `BEGIN
 export function completionFunctions(tableName: string, dialect: FunctionDialect = 'postgres'): string[] {
   const t = quoteTableName(tableName);
   const { now, declare, guard, attributes } = dialectParts(dialect, tableName);
+  // One server: a request-transaction claim keeps the key's lock for its session too (see HOLD_FOR_SESSION). On
+  // Citus the functions run on the worker's connections, which Citus caches and lends to other sessions: there the
+  // lock stays transaction-level and the store keeps a stored failure final with a savepoint instead.
+  const sessionHold = dialect === 'postgres';
   return [
     `CREATE OR REPLACE FUNCTION ${fn(t, 'complete')}(
        p_tenant text, p_key text, p_owner uuid, p_status integer, p_headers jsonb, p_body bytea, p_ttl_ms float8)
@@ -440,7 +470,7 @@ export function completionFunctions(tableName: string, dialect: FunctionDialect 
      LANGUAGE plpgsql${attributes} AS $fn$
      -- ${KEY_FUNCTIONS_VERSION}
      DECLARE
-       r ${t}%ROWTYPE;
+       r ${t}%ROWTYPE;${sessionHold ? '\n       c record;' : ''}
        v_found boolean;
        v_lock bigint := ${keyLock(tableName)};
        v_lock_timeout text := current_setting('lock_timeout');
@@ -471,10 +501,22 @@ export function completionFunctions(tableName: string, dialect: FunctionDialect 
        IF (v_found AND r.status = 'in_flight') OR current_setting('transaction_isolation') <> 'read committed' THEN
          -- Its lease lapsed: taken over in place (or claimed anew when its TTL ended too), as the ordinary claim does;
          -- or, under a stricter isolation level, any claim: written now (see above).
-         RETURN QUERY SELECT * FROM ${fn(t, 'claim')}(p_tenant, p_key, p_fingerprint, p_owner, p_lease_ms, p_ttl_ms, NULL);
+         ${
+           sessionHold
+             ? `SELECT * INTO c FROM ${fn(t, 'claim')}(p_tenant, p_key, p_fingerprint, p_owner, p_lease_ms, p_ttl_ms, NULL) AS x;
+         IF c.state = 'claimed' THEN
+           ${HOLD_FOR_SESSION}
+         END IF;
+         RETURN QUERY SELECT c.state, c.attempt, c.generation, c.retry_after, c.response_status, c.response_headers,
+           c.response_body, c.recovery_point, c.phase_results;`
+             : `RETURN QUERY SELECT * FROM ${fn(t, 'claim')}(p_tenant, p_key, p_fingerprint, p_owner, p_lease_ms, p_ttl_ms, NULL);`
+         }
          RETURN;
        END IF;
-       -- Absent, or completed and expired: this attempt's, with nothing written until its completion.
+       -- Absent, or completed and expired: this attempt's, with nothing written until its completion.${
+         sessionHold ? `
+       ${HOLD_FOR_SESSION}` : ''
+       }
        RETURN QUERY SELECT 'claimed'::text, 1, p_owner::text, NULL::integer,
          NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
      END
@@ -490,9 +532,11 @@ export function completionFunctions(tableName: string, dialect: FunctionDialect 
      DECLARE
        v_stored timestamptz := clock_timestamp();
        v_expires timestamptz := v_stored + interval '1 millisecond' * p_ttl_ms;
-       v_expires_less_slack timestamptz := v_expires - ${EXPIRY_FLOOR_SLACK};${declare ? `\n       ${declare}` : ''}
+       v_expires_less_slack timestamptz := v_expires - ${EXPIRY_FLOOR_SLACK};${declare ? `\n       ${declare}` : ''}${
+         sessionHold ? `\n       v_lock bigint := ${keyLock(tableName)};` : ''
+       }
      BEGIN
-       ${guard}INSERT INTO ${t} AS k
+       ${guard}${sessionHold ? `${HAND_SESSION_HOLD_TO_TRANSACTION}\n       ` : ''}INSERT INTO ${t} AS k
          (tenant_id, key, fingerprint, status, owner_token, generation, attempt, lease_expires_at, expires_at, created_at,
           completed_at, response_status, response_headers, response_body, expiry_floor)
        VALUES (p_tenant, p_key, p_fingerprint, 'completed', p_owner, p_owner, 1, ${now},
@@ -501,8 +545,12 @@ export function completionFunctions(tableName: string, dialect: FunctionDialect 
          status = 'completed',
          fingerprint = EXCLUDED.fingerprint,
          owner_token = EXCLUDED.owner_token,
-         generation = CASE WHEN k.owner_token = EXCLUDED.owner_token THEN k.generation ELSE EXCLUDED.generation END,
-         attempt = CASE WHEN k.owner_token = EXCLUDED.owner_token THEN k.attempt ELSE 1 END,
+         generation = CASE WHEN k.owner_token = EXCLUDED.owner_token THEN k.generation${
+           sessionHold ? `\n                           WHEN k.status = 'in_flight' AND k.expires_at > ${now} THEN coalesce(k.generation, EXCLUDED.generation)` : ''
+         } ELSE EXCLUDED.generation END,
+         attempt = CASE WHEN k.owner_token = EXCLUDED.owner_token THEN k.attempt${
+           sessionHold ? `\n                        WHEN k.status = 'in_flight' AND k.expires_at > ${now} THEN k.attempt + 1` : ''
+         } ELSE 1 END,
          created_at = CASE WHEN k.owner_token = EXCLUDED.owner_token THEN k.created_at ELSE ${now} END,
          lease_expires_at = ${now},
          expires_at = EXCLUDED.expires_at,
@@ -517,7 +565,14 @@ export function completionFunctions(tableName: string, dialect: FunctionDialect 
          recovery_point = NULL,
          phase_results = NULL
        WHERE (k.owner_token = EXCLUDED.owner_token AND k.status = 'in_flight')
-          OR (k.expires_at <= ${now} AND NOT (k.status = 'in_flight' AND k.lease_expires_at > ${now}));
+          OR (k.expires_at <= ${now} AND NOT (k.status = 'in_flight' AND k.lease_expires_at > ${now}))${
+            sessionHold
+              ? `
+          -- A takeover its ROLLBACK undid (a failure whose answer is stored, after ROLLBACK AND CHAIN): the row is its
+          -- lapsed predecessor's again, and this attempt still holds the key's lock, so nobody else has claimed it.
+          OR (k.status = 'in_flight' AND k.lease_expires_at <= ${now} AND k.fingerprint = EXCLUDED.fingerprint)`
+              : ''
+          };
        IF NOT FOUND THEN
          RAISE EXCEPTION 'the idempotency key is no longer this attempt''s' USING ERRCODE = '${FENCE_LOST_SQLSTATE}';
        END IF;

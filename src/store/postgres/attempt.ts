@@ -1,8 +1,9 @@
 import type { EntityManager, QueryRunner } from 'typeorm';
 import type { ClaimRequest, OpenAttempt } from '../../core/idempotency-store.js';
 import type { ClaimRouting } from './claim-routing.js';
-import { exchange, type PgClient, type Pools } from './pools.js';
-import { isFenceLost, WORK_SAVEPOINT, type KeyStatements } from './statements.js';
+import type { PipelinedResult, PipelinedStatement } from './pipelined.js';
+import { exchange, type Pools } from './pools.js';
+import { isFenceLost, type KeyStatements } from './statements.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
 import { ADMIN_SHUTDOWN, isUnavailableError } from './unavailable.js';
 
@@ -15,15 +16,45 @@ export interface AttemptParts {
   keyLockHolders: Set<string>;
 }
 
+/**
+ * What a request-transaction attempt does differently (see request-transaction.ts): how it undoes its work while
+ * keeping its claim, and what its connection may hold of the key besides its transaction. A separate attempt has
+ * none.
+ */
+export interface ClaimKeeper {
+  /** Statements sent after the claim, in the BEGIN's message. */
+  readonly afterClaim: readonly PipelinedStatement[];
+  /**
+   * `rollback(true)`: undoes the work's writes, keeping the claim and the key's lock, with the transaction open.
+   * False when it could not (the attempt then ends); throws a lost connection's error.
+   */
+  keep(runner: QueryRunner): Promise<boolean>;
+  /**
+   * `rollback(false)`: ends the transaction, and lets go of whatever else of the key the connection holds.
+   * Answers a reason to drop the connection rather than lend it again, when it could not.
+   */
+  rollback(runner: QueryRunner): Promise<unknown>;
+  /**
+   * The completion sent with the COMMIT failed (`completion`), the transaction has ended: lets go of whatever of
+   * the key the connection still holds. False when it could not: the connection is then dropped.
+   */
+  afterFailedCompletion(runner: QueryRunner, completion: PipelinedResult | undefined): Promise<boolean>;
+}
+
 /** How an attempt was begun (see `openAttempt`). */
 export interface AttemptShape {
-  /** A request-transaction claim: its work runs after a savepoint. */
-  inTransaction?: boolean;
+  /** A request-transaction claim: how it keeps its claim (see `ClaimKeeper`). */
+  keeper?: ClaimKeeper;
   /** The claim wrote no row (`claim_in_transaction`): the completion writes it. */
   writesRow?: boolean;
   /** The transaction holds the key's lock (see `KeyStatements.holdKeyLock`): its lease needs no renewal. */
   holdsKeyLock?: boolean;
 }
+
+/** Why a connection is dropped rather than lent again: it may still hold the key's lock (see `ClaimKeeper`). */
+export const MAY_HOLD_KEY = Object.assign(new Error('The connection may still hold an idempotency key\'s lock.'), {
+  mayHoldKey: true,
+});
 
 /**
  * The end of an attempt begun on `runner`, whose transaction is open: the
@@ -37,7 +68,7 @@ export function openAttempt(
   how: AttemptShape = {},
 ): OpenAttempt<EntityManager> {
   const { pools, statements, routing, keyLockHolders } = parts;
-  const { inTransaction = false, writesRow = false, holdsKeyLock = false } = how;
+  const { keeper, writesRow = false, holdsKeyLock = false } = how;
   if (holdsKeyLock) keyLockHolders.add(request.ownerToken);
   let ended = false;
   /** The completion is on its way: too late to abort. */
@@ -62,6 +93,7 @@ export function openAttempt(
       committing = true;
       /** The COMMIT answered ROLLBACK (the completion before it failed): the transaction has ended on the server. */
       let rolledBack = false;
+      let completed: PipelinedResult | undefined;
       try {
         await withTransactionStatementReplaced(runner, 'COMMIT', async (client) => {
           const [completion, commit] = await exchange(
@@ -70,6 +102,7 @@ export function openAttempt(
             pools.main,
             runner,
           );
+          completed = completion;
           rolledBack = !completion.ok && commit.ok;
           if (!completion.ok) throw completion.error;
           if (!commit.ok) throw commit.error;
@@ -83,22 +116,17 @@ export function openAttempt(
         // them of the rollback: sent only when the server still has the transaction (another ROLLBACK would be a
         // round trip and a warning in the server's log).
         if (rolledBack) await withTransactionStatementReplaced(runner, 'ROLLBACK', async () => undefined).catch(() => undefined);
-        await end(error);
+        const letGo = !keeper || isUnavailableError(error) || (await keeper.afterFailedCompletion(runner, completed));
+        await end(letGo ? error : MAY_HOLD_KEY);
         if (isFenceLost(error)) return false;
         throw error;
       }
     },
     rollback: async (keepClaim) => {
       if (ended || aborted) return false;
-      if (keepClaim && inTransaction) {
+      if (keepClaim && keeper) {
         try {
-          const client = (await runner.connect()) as PgClient;
-          const [undone] = await exchange(client, [{ text: `ROLLBACK TO SAVEPOINT ${WORK_SAVEPOINT}` }], pools.main, runner);
-          if (undone.ok) return true;
-          if (isUnavailableError(undone.error)) {
-            await end(undone.error);
-            throw undone.error;
-          }
+          if (await keeper.keep(runner)) return true;
         } catch (error) {
           if (isUnavailableError(error)) {
             if (!ended) await end(error);
@@ -108,12 +136,17 @@ export function openAttempt(
       }
       ended = true;
       recordEnd();
+      let drop: unknown;
       try {
-        if (runner.isTransactionActive) await runner.rollbackTransaction();
+        if (keeper) drop = await keeper.rollback(runner);
+        else if (runner.isTransactionActive) await runner.rollbackTransaction();
       } catch (error) {
         if (isUnavailableError(error)) throw error;
+        // Whatever else the connection holds of the key cannot be known now: it goes rather than back to the pool.
+        if (keeper) drop = MAY_HOLD_KEY;
       } finally {
-        if (!runner.isReleased) await runner.release();
+        if (drop !== undefined) await endAndRelease(runner, drop);
+        else if (!runner.isReleased) await runner.release();
       }
       return false;
     },
@@ -140,10 +173,11 @@ export function openAttempt(
  * Rolls back whatever `runner` has open, and gives its connection back;
  * never throws. After `failure` that says the connection is gone, nothing
  * is sent on it (a dead pg client can queue a ROLLBACK for ever) and the
- * pool is told to drop it rather than hand it to the next caller.
+ * pool is told to drop it rather than hand it to the next caller; the same
+ * after `MAY_HOLD_KEY` (its server process ends, and every lock with it).
  */
 export async function endAndRelease(runner: QueryRunner, failure?: unknown): Promise<void> {
-  if (failure !== undefined && isUnavailableError(failure)) {
+  if (failure !== undefined && (failure === MAY_HOLD_KEY || isUnavailableError(failure))) {
     if (runner.isReleased) return;
     // TypeORM's own path for a connection that errored: passes the error on to the pool, which destroys the client.
     const release = (runner as unknown as { releasePostgresConnection?: (error: unknown) => Promise<void> })

@@ -1,32 +1,14 @@
 import { performance } from 'node:perf_hooks';
 import type { EntityManager, QueryRunner } from 'typeorm';
 import type { BeginResult, ClaimMode, ClaimRequest } from '../../core/idempotency-store.js';
-import { IdempotencyConfigurationError } from '../../errors/configuration.error.js';
-import { messages } from '../../errors/messages.js';
 import { endAndRelease, openAttempt, type AttemptParts } from './attempt.js';
 import type { PipelinedResult } from './pipelined.js';
 import { exchange } from './pools.js';
 import type { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
-import {
-  BEGIN_READ_COMMITTED,
-  claimResult,
-  lockTaken,
-  SERIALIZATION_FAILURE,
-  sqlState,
-  WORK_SAVEPOINT,
-  type ClaimRow,
-} from './statements.js';
+import { RequestTransactionBegin } from './request-transaction.js';
+import { BEGIN_READ_COMMITTED, claimResult, lockTaken, type ClaimRow } from './statements.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
 import { isUnavailableError } from './unavailable.js';
-
-/**
- * A request-transaction claim whose snapshot predates the key's last commit (REPEATABLE READ, SERIALIZABLE): its
- * write met the row the snapshot missed (a serialization failure), and the transaction starts again.
- */
-const STALE_SNAPSHOT = Symbol('stale snapshot');
-
-/** How often `begin` starts a request-transaction attempt again for a stale snapshot, at least, before answering 409. */
-const STALE_SNAPSHOT_TRIES = 5;
 
 /** The store's own calls `begin` goes through (a subclass's overrides included). */
 type KeyCalls = Pick<PostgresIdempotencyStore, 'claim' | 'release' | 'renewLease'>;
@@ -37,26 +19,19 @@ type KeyCalls = Pick<PostgresIdempotencyStore, 'claim' | 'release' | 'renewLease
  */
 export class ClaimAndBegin {
   private readCommitted?: Promise<boolean>;
+  private readonly requestTransaction: RequestTransactionBegin;
 
   constructor(
     private readonly store: KeyCalls,
     private readonly parts: AttemptParts,
-    private readonly table: { name: string; partitioned: boolean },
-  ) {}
+    table: { name: string; partitioned: boolean },
+  ) {
+    this.requestTransaction = new RequestTransactionBegin(parts, table, () => this.businessReadCommitted());
+  }
 
   /** See `PostgresIdempotencyStore.begin`. */
-  async begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs: number): Promise<BeginResult<EntityManager>> {
-    if (mode === 'request-transaction' && this.table.partitioned && !(await this.businessReadCommitted())) {
-      throw new IdempotencyConfigurationError(messages.config.partitionedRequestTransactionIsolation(this.table.name));
-    }
-    // A stale snapshot means the key's previous holder committed after the transaction began: start again, waiting for
-    // the key no longer in all than the caller allows, and a few times at least.
-    const deadline = Date.now() + lockTimeoutMs;
-    for (let tries = 1; ; tries++) {
-      const begun = await this.beginOnce(request, mode, Math.max(0, deadline - Date.now()));
-      if (begun !== STALE_SNAPSHOT) return begun;
-      if (tries >= STALE_SNAPSHOT_TRIES && Date.now() >= deadline) return { claim: { state: 'in-flight', retryAfterSeconds: 1 } };
-    }
+  begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs: number): Promise<BeginResult<EntityManager>> {
+    return mode === 'request-transaction' ? this.requestTransaction.begin(request, lockTimeoutMs) : this.beginSeparate(request);
   }
 
   /**
@@ -79,63 +54,46 @@ export class ClaimAndBegin {
     return this.readCommitted;
   }
 
-  private async beginOnce(
-    request: ClaimRequest,
-    mode: ClaimMode,
-    lockTimeoutMs: number,
-  ): Promise<BeginResult<EntityManager> | typeof STALE_SNAPSHOT> {
+  private async beginSeparate(request: ClaimRequest): Promise<BeginResult<EntityManager>> {
     const { pools, statements, routing } = this.parts;
-    if (mode === 'separate' && routing.claimPoolFirst()) return this.beginAfterClaimPool(request);
-    const holdsKeyLock = mode === 'separate' && !(await this.businessReadCommitted());
+    if (routing.claimPoolFirst()) return this.beginAfterClaimPool(request);
+    const holdsKeyLock = !(await this.businessReadCommitted());
     const runner = pools.main.createQueryRunner();
-    const claimFunction = mode === 'separate' ? 'claim' : statements.inTransactionClaim;
-    const claimStatement = statements.claim(request, claimFunction, mode === 'separate' ? null : lockTimeoutMs);
+    const claimStatement = statements.claim(request, 'claim', null);
     let results: PipelinedResult[] = [];
     try {
       await withTransactionStatementReplaced(runner, 'START TRANSACTION', async (client, startTransaction) => {
-        const sent =
-          mode === 'separate'
-            ? [{ text: BEGIN_READ_COMMITTED }, claimStatement, { text: 'COMMIT' }, { text: startTransaction }]
-            : [{ text: startTransaction }, claimStatement, { text: `SAVEPOINT ${WORK_SAVEPOINT}` }];
+        const sent = [{ text: BEGIN_READ_COMMITTED }, claimStatement, { text: 'COMMIT' }, { text: startTransaction }];
         if (holdsKeyLock) sent.push(statements.holdKeyLock(request));
         results = await exchange(client, sent, pools.main, runner);
         // The connection is gone: whatever else answered, nothing can go on on it.
         const lost = results.find((result) => !result.ok && isUnavailableError(result.error));
         if (lost) throw (lost as { error: unknown }).error;
         // TypeORM must not count a transaction that did not open.
-        const opened = results[mode === 'separate' ? 3 : 0];
+        const opened = results[3];
         if (!opened.ok) throw opened.error;
       });
     } catch (error) {
       await endAndRelease(runner, error);
       // The claim may have committed before the BEGIN failed or the connection was lost: give it back if the store
       // still answers, so a retry need not wait out the lease.
-      if (mode === 'separate') await this.store.release(request).catch(() => false);
+      await this.store.release(request).catch(() => false);
       throw error;
     }
-    const [claimed, committed] = mode === 'separate' ? [results[1], results[2]] : [results[1], results[1]];
+    const [claimed, committed] = [results[1], results[2]];
     if (!claimed.ok || !committed.ok) {
       await endAndRelease(runner);
-      const error = claimed.ok ? (committed as { error: unknown }).error : claimed.error;
-      if (mode === 'request-transaction' && sqlState(error) === SERIALIZATION_FAILURE) return STALE_SNAPSHOT;
-      throw error;
+      throw claimed.ok ? (committed as { error: unknown }).error : claimed.error;
     }
     const claim = claimResult(claimed.rows[0] as ClaimRow | undefined, request);
-    if (mode === 'separate') routing.noteClaim(claim);
+    routing.noteClaim(claim);
     if (claim.state !== 'claimed') {
       // Nothing to do in the transaction just opened: the answer need not wait for its ROLLBACK.
       void endAndRelease(runner);
       return { claim };
     }
     if (holdsKeyLock && !lockTaken(results[4])) return this.notRun(runner, request);
-    return {
-      claim,
-      attempt: openAttempt(this.parts, runner, request, {
-        inTransaction: mode === 'request-transaction',
-        writesRow: claimFunction === 'claim_in_transaction',
-        holdsKeyLock,
-      }),
-    };
+    return { claim, attempt: openAttempt(this.parts, runner, request, { holdsKeyLock }) };
   }
 
   /**

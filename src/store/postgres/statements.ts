@@ -126,6 +126,21 @@ export class KeyStatements {
     return { text: this.sql.holdKeyLock, values: [request.tenant, request.key] };
   }
 
+  /**
+   * Whether a request-transaction claim holds the key's lock for its session as well as its transaction (the plain
+   * table on one server: see HOLD_FOR_SESSION in key-store.sql.ts), so that a stored failure needs no savepoint.
+   * The partitioned table's claim writes its in-flight row in the transaction, and Citus lends the worker's
+   * connections to other sessions: both keep the savepoint.
+   */
+  get holdsKeyForSession(): boolean {
+    return !this.options.partitioned && !this.options.citus;
+  }
+
+  /** Lets go of the key's lock held for the session (`holdsKeyForSession`); answers `released`. */
+  releaseKeyLock(request: ClaimRequest): PipelinedStatement {
+    return { text: this.sql.releaseKeyLock, values: [request.tenant, request.key] };
+  }
+
   /** One name per statement text, so stores of different tables never collide on a connection. */
   private statementName(name: ClaimFunction | 'complete' | 'complete_or_raise'): string {
     return `nest_idem_${name}_${createHash('sha1').update(this.table).digest('hex').slice(0, 12)}`;
