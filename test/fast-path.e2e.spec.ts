@@ -148,7 +148,9 @@ describe.each(ADAPTERS)('the fast path over %s: heartbeat, bounded wait, request
               ? /^\/\* nest-idempotency:claim \*\/ SELECT \* FROM .*_claim_in_transaction"\(\$1, \$2, \$3, \$4::uuid, \$5, \$6, \$7\)$/
               : /^\/\* nest-idempotency:claim \*\/ SELECT \* FROM .*_claim"\(\$1, \$2, \$3, \$4::uuid, \$5, \$6, \$7\)$/,
           ),
-          'SAVEPOINT nest_idempotency_work',
+          // The plain table's claim holds the key for its session too, so a stored failure needs no savepoint; the
+          // partitioned table's claim writes its in-flight row in the transaction and keeps one.
+          ...(oneWrite ? [] : ['SAVEPOINT nest_idempotency_work']),
         ],
         [expect.stringMatching(/^INSERT INTO effects/)],
         [
