@@ -170,6 +170,32 @@ describe.each(ADAPTERS)('the fast path over %s: heartbeat, bounded wait, request
       expect(await effects(label)).toBe(1);
     });
 
+    it('a stored 4xx: BEGIN + claim, handler, the rollback that keeps the claim, completion + COMMIT', async () => {
+      const label = fresh();
+      counter.reset();
+      const declined = await post(two.url, '/in-tx', { label, fail: 'decline' }, `k-${label}`);
+      expect(declined.status).toBe(402);
+      const claim = expect.stringMatching(/^\/\* nest-idempotency:claim \*\//);
+      const completion = expect.stringMatching(/^\/\* nest-idempotency:complete \*\//);
+      // The statements in order (how the counter groups them into round trips depends on the adapter's scheduling
+      // here). The plain table: the claim holds the key for its session, the work rolls back whole and the chained
+      // transaction stores the answer. The partitioned table: back to the savepoint after the claim.
+      expect(counter.queries).toEqual(
+        oneWrite
+          ? ['START TRANSACTION', claim, expect.stringMatching(/^INSERT INTO effects/), 'ROLLBACK AND CHAIN', completion, 'COMMIT']
+          : [
+              'START TRANSACTION',
+              claim,
+              'SAVEPOINT nest_idempotency_work',
+              expect.stringMatching(/^INSERT INTO effects/),
+              'ROLLBACK TO SAVEPOINT nest_idempotency_work',
+              completion,
+              'COMMIT',
+            ],
+      );
+      expect(await effects(label)).toBe(0);
+    });
+
     it('writes a new key once on the plain table, completed: not even its own transaction sees an in-flight row', async () => {
       const label = fresh();
       const first = await post(two.url, '/in-tx-own-row', { label }, `k-${label}`);

@@ -110,15 +110,18 @@ function sessionHold(parts: AttemptParts, request: ClaimRequest): ClaimKeeper {
   const release = statements.releaseKeyLock(request);
   const released = (result: PipelinedResult | undefined) =>
     result?.ok === true && (result.rows[0] as { released?: boolean } | undefined)?.released === true;
+  /** The work was rolled back and the chained transaction has run nothing: it cannot have failed. */
+  let chained = false;
   return {
     afterClaim: [],
     keep: async (runner) => {
       // TypeORM sees the work's transaction roll back (its subscribers, the app's rollback hooks) and the next one open.
       await withTransactionStatementReplaced(runner, 'ROLLBACK', async (client) => {
-        const [chained] = await exchange(client, [{ text: 'ROLLBACK AND CHAIN' }], pools.main, runner);
-        if (!chained.ok) throw chained.error;
+        const [rolledBack] = await exchange(client, [{ text: 'ROLLBACK AND CHAIN' }], pools.main, runner);
+        if (!rolledBack.ok) throw rolledBack.error;
       });
       await withTransactionStatementReplaced(runner, 'START TRANSACTION', async () => undefined);
+      chained = true;
       return true;
     },
     rollback: async (runner) => {
@@ -127,14 +130,15 @@ function sessionHold(parts: AttemptParts, request: ClaimRequest): ClaimKeeper {
         return released(answer) ? undefined : MAY_HOLD_KEY;
       }
       let answers: PipelinedResult[] = [];
-      // Chained, so the connection is idle only once the hold is gone; and an aborted transaction (the handler's SQL
-      // error) can run nothing else.
+      // Released inside a transaction, so the connection is never idle with the hold. The work's own transaction may
+      // have been aborted (the handler's SQL error), where nothing but a rollback runs: chained first.
+      const sent = chained ? [release, { text: 'ROLLBACK' }] : [{ text: 'ROLLBACK AND CHAIN' }, release, { text: 'ROLLBACK' }];
       await withTransactionStatementReplaced(runner, 'ROLLBACK', async (client) => {
-        answers = await exchange(client, [{ text: 'ROLLBACK AND CHAIN' }, release, { text: 'ROLLBACK' }], pools.main, runner);
+        answers = await exchange(client, sent, pools.main, runner);
         const lost = answers.find((answer) => !answer.ok && isUnavailableError(answer.error));
         if (lost) throw (lost as { error: unknown }).error;
       });
-      return released(answers[1]) && answers[2].ok ? undefined : MAY_HOLD_KEY;
+      return released(answers[sent.indexOf(release)]) && answers[sent.length - 1].ok ? undefined : MAY_HOLD_KEY;
     },
     afterFailedCompletion: async (runner, completion) => {
       // Never answered: what it did cannot be known.
