@@ -196,6 +196,26 @@ describe.each(ADAPTERS)('the fast path over %s: heartbeat, bounded wait, request
       expect(await effects(label)).toBe(0);
     });
 
+    it('a handler that caught its own SQL error and answered: its COMMIT is refused, and the key is let go of before the connection is idle', async () => {
+      const label = fresh();
+      counter.reset();
+      const answered = await post(two.url, '/in-tx', { label, fail: 'sql-swallowed' }, `k-${label}`);
+      expect(answered.status).toBe(500);
+      expect(await keyRow(`k-${label}`)).toBeUndefined();
+      if (!oneWrite) return;
+      // The failed transaction can only roll back: the release of the session's hold goes in the completion's message.
+      expect(counter.queries).toEqual([
+        'START TRANSACTION',
+        expect.stringMatching(/^\/\* nest-idempotency:claim \*\//),
+        expect.stringMatching(/^INSERT INTO effects/),
+        'SELECT 1 / 0',
+        expect.stringMatching(/^\/\* nest-idempotency:complete \*\//),
+        'ROLLBACK AND CHAIN',
+        expect.stringMatching(/^\/\* nest-idempotency:release-key \*\/ SELECT pg_advisory_unlock\(/),
+        'ROLLBACK',
+      ]);
+    });
+
     it('writes a new key once on the plain table, completed: not even its own transaction sees an in-flight row', async () => {
       const label = fresh();
       const first = await post(two.url, '/in-tx-own-row', { label }, `k-${label}`);

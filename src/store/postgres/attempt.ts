@@ -35,10 +35,17 @@ export interface ClaimKeeper {
    */
   rollback(runner: QueryRunner): Promise<unknown>;
   /**
-   * The completion sent with the COMMIT failed (`completion`), the transaction has ended: lets go of whatever of
-   * the key the connection still holds. False when it could not: the connection is then dropped.
+   * Sent after the completion instead of its COMMIT when the work's transaction has already failed (the handler
+   * caught its own SQL error and answered): the completion fails, and these end the transaction, letting go of
+   * whatever else of the key the connection holds before the connection is idle.
    */
-  afterFailedCompletion(runner: QueryRunner, completion: PipelinedResult | undefined): Promise<boolean>;
+  readonly endOfFailedTransaction?: readonly PipelinedStatement[];
+  /**
+   * The completion failed and the transaction has ended: lets go of whatever of the key the connection still holds.
+   * `answers`: the completion's, then those of what followed it in its message (undefined: none came). False when
+   * it could not: the connection is then dropped.
+   */
+  afterFailedCompletion(runner: QueryRunner, answers: PipelinedResult[] | undefined): Promise<boolean>;
 }
 
 /** How an attempt was begun (see `openAttempt`). */
@@ -93,19 +100,24 @@ export function openAttempt(
       committing = true;
       /** The COMMIT answered ROLLBACK (the completion before it failed): the transaction has ended on the server. */
       let rolledBack = false;
-      let completed: PipelinedResult | undefined;
+      let answers: PipelinedResult[] | undefined;
       try {
         await withTransactionStatementReplaced(runner, 'COMMIT', async (client) => {
-          const [completion, commit] = await exchange(
+          // 'E': a statement of the work failed, and its transaction can only roll back.
+          const failed = keeper?.endOfFailedTransaction !== undefined && client.getTransactionStatus?.() === 'E';
+          const ending = failed ? keeper!.endOfFailedTransaction! : [{ text: 'COMMIT' }];
+          answers = await exchange(
             client,
-            [statements.completion(request, response, ttlMs, writesRow), { text: 'COMMIT' }],
+            [statements.completion(request, response, ttlMs, writesRow), ...ending],
             pools.main,
             runner,
           );
-          completed = completion;
-          rolledBack = !completion.ok && commit.ok;
+          const [completion] = answers;
+          const last = answers[answers.length - 1];
+          rolledBack = !completion.ok && last.ok;
           if (!completion.ok) throw completion.error;
-          if (!commit.ok) throw commit.error;
+          if (!last.ok) throw last.error;
+          if (failed) throw new Error('The completion ran in a failed transaction.');
         });
         ended = true;
         recordEnd();
@@ -116,7 +128,7 @@ export function openAttempt(
         // them of the rollback: sent only when the server still has the transaction (another ROLLBACK would be a
         // round trip and a warning in the server's log).
         if (rolledBack) await withTransactionStatementReplaced(runner, 'ROLLBACK', async () => undefined).catch(() => undefined);
-        const letGo = !keeper || isUnavailableError(error) || (await keeper.afterFailedCompletion(runner, completed));
+        const letGo = !keeper || isUnavailableError(error) || (await keeper.afterFailedCompletion(runner, answers));
         await end(letGo ? error : MAY_HOLD_KEY);
         if (isFenceLost(error)) return false;
         throw error;

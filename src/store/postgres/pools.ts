@@ -8,6 +8,8 @@ import { isUnavailableError } from './unavailable.js';
 export type PgClient = PipelineClient & {
   query(text: string): Promise<unknown>;
   escapeLiteral(value: string): string;
+  /** The transaction status of the last ReadyForQuery: `I` idle, `T` in a transaction, `E` in a failed one. */
+  getTransactionStatus?(): string | null;
 };
 
 /** The part of TypeORM's postgres driver the store uses: a connection of its pool. */

@@ -140,12 +140,17 @@ function sessionHold(parts: AttemptParts, request: ClaimRequest): ClaimKeeper {
       });
       return released(answers[sent.indexOf(release)]) && answers[sent.length - 1].ok ? undefined : MAY_HOLD_KEY;
     },
-    afterFailedCompletion: async (runner, completion) => {
+    // The completion cannot run there, so it cannot take the hold over: released in the same message instead.
+    endOfFailedTransaction: [{ text: 'ROLLBACK AND CHAIN' }, release, { text: 'ROLLBACK' }],
+    afterFailedCompletion: async (runner, answers) => {
       // Never answered: what it did cannot be known.
-      if (completion === undefined) return false;
+      if (answers === undefined) return false;
+      const [completion, ...after] = answers;
       // The completion hands the hold to its transaction before anything in it can fail but the fence at its end.
       if (completion.ok || isFenceLost(completion.error)) return true;
-      // It never ran (the handler's SQL error had aborted the transaction): the session still holds the key.
+      // Sent after a failed transaction's completion (endOfFailedTransaction).
+      if (after.length > 1) return released(after[1]) && after[2].ok;
+      // It never ran: the session still holds the key.
       const [answer] = await exchange((await runner.connect()) as PgClient, [release], pools.main, runner).catch(() => []);
       return released(answer);
     },
