@@ -182,7 +182,14 @@ describe.each(ADAPTERS)('the fast path over %s: heartbeat, bounded wait, request
       // transaction stores the answer. The partitioned table: back to the savepoint after the claim.
       expect(counter.queries).toEqual(
         oneWrite
-          ? ['START TRANSACTION', claim, expect.stringMatching(/^INSERT INTO effects/), 'ROLLBACK AND CHAIN', completion, 'COMMIT']
+          ? [
+              'START TRANSACTION',
+              claim,
+              expect.stringMatching(/^INSERT INTO effects/),
+              'ROLLBACK AND CHAIN',
+              completion,
+              'COMMIT',
+            ]
           : [
               'START TRANSACTION',
               claim,

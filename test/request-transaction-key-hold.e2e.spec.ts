@@ -64,7 +64,10 @@ describe.each(ADAPTERS)('the request-transaction key hold over %s', (adapter) =>
     const lockableAtOnce = async (key: string) => {
       await db.query('BEGIN');
       try {
-        const { rows } = await db.query<{ locked: boolean }>(keyStoreStatements(`"${TABLE}"`, TABLE).holdKeyLock, ['tenant-a', key]);
+        const { rows } = await db.query<{ locked: boolean }>(keyStoreStatements(`"${TABLE}"`, TABLE).holdKeyLock, [
+          'tenant-a',
+          key,
+        ]);
         return rows[0].locked;
       } finally {
         await db.query('ROLLBACK');
@@ -147,9 +150,9 @@ describe.each(ADAPTERS)('the request-transaction key hold over %s', (adapter) =>
       }
       expect(one.probe.count(label) + two.probe.count(label)).toBe(1);
       expect(await effects(label)).toBe(0);
-      expect((await db.query('SELECT status, response_status FROM idempotency_keys WHERE key = $1', [`k-${label}`])).rows).toEqual([
-        { status: 'completed', response_status: 402 },
-      ]);
+      expect(
+        (await db.query('SELECT status, response_status FROM idempotency_keys WHERE key = $1', [`k-${label}`])).rows,
+      ).toEqual([{ status: 'completed', response_status: 402 }]);
       await expectKeyFree(`k-${label}`);
     });
 

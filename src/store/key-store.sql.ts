@@ -514,8 +514,10 @@ export function completionFunctions(tableName: string, dialect: FunctionDialect 
          RETURN;
        END IF;
        -- Absent, or completed and expired: this attempt's, with nothing written until its completion.${
-         sessionHold ? `
-       ${HOLD_FOR_SESSION}` : ''
+         sessionHold
+           ? `
+       ${HOLD_FOR_SESSION}`
+           : ''
        }
        RETURN QUERY SELECT 'claimed'::text, 1, p_owner::text, NULL::integer,
          NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
@@ -546,7 +548,9 @@ export function completionFunctions(tableName: string, dialect: FunctionDialect 
          fingerprint = EXCLUDED.fingerprint,
          owner_token = EXCLUDED.owner_token,
          generation = CASE WHEN k.owner_token = EXCLUDED.owner_token THEN k.generation${
-           sessionHold ? `\n                           WHEN k.status = 'in_flight' AND k.expires_at > ${now} THEN coalesce(k.generation, EXCLUDED.generation)` : ''
+           sessionHold
+             ? `\n                           WHEN k.status = 'in_flight' AND k.expires_at > ${now} THEN coalesce(k.generation, EXCLUDED.generation)`
+             : ''
          } ELSE EXCLUDED.generation END,
          attempt = CASE WHEN k.owner_token = EXCLUDED.owner_token THEN k.attempt${
            sessionHold ? `\n                        WHEN k.status = 'in_flight' AND k.expires_at > ${now} THEN k.attempt + 1` : ''

@@ -162,7 +162,8 @@ function controllers(probe: Probe) {
       await manager.query('INSERT INTO effects (tenant, label) VALUES ($1, $2)', ['in-tx', body.label]);
       await sleep(probe.nextDelay(body.label));
       // A statement of the handler's that fails aborts its transaction: nothing but a rollback runs in it after that.
-      if (body.fail === 'sql-decline' || body.fail === 'sql-swallowed') await manager.query('SELECT 1 / 0').catch(() => undefined);
+      if (body.fail === 'sql-decline' || body.fail === 'sql-swallowed')
+        await manager.query('SELECT 1 / 0').catch(() => undefined);
       if (body.fail === 'decline' || body.fail === 'sql-decline') throw new HttpException({ message: 'declined' }, 402);
       if (body.fail === 'boom') throw new Error('unexpected failure');
       return { label: body.label, attempt: probe.count(body.label) };

@@ -2,7 +2,7 @@ import type { EntityManager, QueryRunner } from 'typeorm';
 import type { ClaimRequest, OpenAttempt } from '../../core/idempotency-store.js';
 import type { ClaimRouting } from './claim-routing.js';
 import type { PipelinedResult, PipelinedStatement } from './pipelined.js';
-import { exchange, type Pools } from './pools.js';
+import { exchange, type PgClient, type Pools } from './pools.js';
 import { isFenceLost, type KeyStatements } from './statements.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
 import { ADMIN_SHUTDOWN, isUnavailableError } from './unavailable.js';
@@ -35,11 +35,12 @@ export interface ClaimKeeper {
    */
   rollback(runner: QueryRunner): Promise<unknown>;
   /**
-   * Sent after the completion instead of its COMMIT when the work's transaction has already failed (the handler
-   * caught its own SQL error and answered): the completion fails, and these end the transaction, letting go of
-   * whatever else of the key the connection holds before the connection is idle.
+   * What to send after the completion instead of its COMMIT when the work's transaction has already failed (the
+   * handler caught its own SQL error and answered), read on the connection: the completion then fails, and these
+   * end the transaction, letting go of whatever else of the key the connection holds before it is idle. Undefined
+   * when the transaction has not failed.
    */
-  readonly endOfFailedTransaction?: readonly PipelinedStatement[];
+  endOfFailedTransaction?(client: PgClient): Promise<readonly PipelinedStatement[] | undefined>;
   /**
    * The completion failed and the transaction has ended: lets go of whatever of the key the connection still holds.
    * `answers`: the completion's, then those of what followed it in its message (undefined: none came). False when
@@ -59,7 +60,7 @@ export interface AttemptShape {
 }
 
 /** Why a connection is dropped rather than lent again: it may still hold the key's lock (see `ClaimKeeper`). */
-export const MAY_HOLD_KEY = Object.assign(new Error('The connection may still hold an idempotency key\'s lock.'), {
+export const MAY_HOLD_KEY = Object.assign(new Error("The connection may still hold an idempotency key's lock."), {
   mayHoldKey: true,
 });
 
@@ -103,12 +104,10 @@ export function openAttempt(
       let answers: PipelinedResult[] | undefined;
       try {
         await withTransactionStatementReplaced(runner, 'COMMIT', async (client) => {
-          // 'E': a statement of the work failed, and its transaction can only roll back.
-          const failed = keeper?.endOfFailedTransaction !== undefined && client.getTransactionStatus?.() === 'E';
-          const ending = failed ? keeper!.endOfFailedTransaction! : [{ text: 'COMMIT' }];
+          const failed = await keeper?.endOfFailedTransaction?.(client);
           answers = await exchange(
             client,
-            [statements.completion(request, response, ttlMs, writesRow), ...ending],
+            [statements.completion(request, response, ttlMs, writesRow), ...(failed ?? [{ text: 'COMMIT' }])],
             pools.main,
             runner,
           );

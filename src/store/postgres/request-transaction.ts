@@ -1,3 +1,4 @@
+import type { EventEmitter } from 'node:events';
 import type { EntityManager, QueryRunner } from 'typeorm';
 import type { BeginResult, ClaimRequest } from '../../core/idempotency-store.js';
 import { IdempotencyConfigurationError } from '../../errors/configuration.error.js';
@@ -53,7 +54,10 @@ export class RequestTransactionBegin {
     }
   }
 
-  private async beginOnce(request: ClaimRequest, lockTimeoutMs: number): Promise<BeginResult<EntityManager> | typeof STALE_SNAPSHOT> {
+  private async beginOnce(
+    request: ClaimRequest,
+    lockTimeoutMs: number,
+  ): Promise<BeginResult<EntityManager> | typeof STALE_SNAPSHOT> {
     const { pools, statements } = this.parts;
     const keeper = statements.holdsKeyForSession ? sessionHold(this.parts, request) : savepoint(this.parts);
     const runner = pools.main.createQueryRunner();
@@ -141,7 +145,8 @@ function sessionHold(parts: AttemptParts, request: ClaimRequest): ClaimKeeper {
       return released(answers[sent.indexOf(release)]) && answers[sent.length - 1].ok ? undefined : MAY_HOLD_KEY;
     },
     // The completion cannot run there, so it cannot take the hold over: released in the same message instead.
-    endOfFailedTransaction: [{ text: 'ROLLBACK AND CHAIN' }, release, { text: 'ROLLBACK' }],
+    endOfFailedTransaction: async (client) =>
+      (await transactionStatus(client)) === 'E' ? [{ text: 'ROLLBACK AND CHAIN' }, release, { text: 'ROLLBACK' }] : undefined,
     afterFailedCompletion: async (runner, answers) => {
       // Never answered: what it did cannot be known.
       if (answers === undefined) return false;
@@ -155,6 +160,27 @@ function sessionHold(parts: AttemptParts, request: ClaimRequest): ClaimKeeper {
       return released(answer);
     },
   };
+}
+
+/**
+ * The connection's transaction status (`I` idle, `T` in a transaction, `E` in a failed one), as of the answer to
+ * its last statement. A failed statement's error reaches the caller before the ReadyForQuery that carries the
+ * status: that is waited for (or for the connection's end), as node-postgres itself waits before sending more.
+ */
+async function transactionStatus(client: PgClient): Promise<string | null | undefined> {
+  // node-postgres 8's client: whether the last ReadyForQuery has come, and the connection that emits it.
+  const { readyForQuery, connection } = client as unknown as { readyForQuery?: boolean; connection?: EventEmitter };
+  if (readyForQuery === false && connection) {
+    await new Promise<void>((resolve) => {
+      const events = ['readyForQuery', 'end', 'error'];
+      const settle = () => {
+        for (const event of events) connection.removeListener(event, settle);
+        resolve();
+      };
+      for (const event of events) connection.once(event, settle);
+    });
+  }
+  return client.getTransactionStatus?.();
 }
 
 /**
