@@ -494,7 +494,9 @@ export function completionFunctions(tableName: string, dialect: FunctionDialect 
            RETURN;
          END IF;
          EXIT WHEN i = 2;
-         EXIT WHEN pg_try_advisory_xact_lock(v_lock);
+         -- Read again once the lock is held, also when it was free at once: a holder may have committed and let go
+         -- of it between the read above and now, and this claim must see what it committed.
+         CONTINUE WHEN pg_try_advisory_xact_lock(v_lock);
          ${WAIT_FOR_KEY_LOCK}
          -- The next statement reads what the holder committed (READ COMMITTED; under a stricter level, see above).
        END LOOP;
