@@ -150,6 +150,8 @@ export function claimResult(row: ClaimRow | undefined, request: ClaimRequest): C
       return {
         state: 'completed',
         response: { status: row.response_status ?? 200, headers: row.response_headers ?? [], body: row.response_body },
+        // The claim functions of this version answer a completed key with the seconds its record has left here.
+        recordExpiresInSeconds: row.retry_after ?? undefined,
       };
     default:
       return { state: 'in-flight', retryAfterSeconds: 1 };
