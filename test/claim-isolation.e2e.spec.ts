@@ -181,7 +181,9 @@ describe.each(['plain', 'partitioned'] as const)('the %s key table', (table) => 
           const level = (
             executed as PromiseFulfilledResult<{ response: { body: Buffer | null } }>
           ).value.response.body?.toString();
-          expect(level).toBe('workLevel' in setting ? setting.workLevel : 'database' in setting ? setting.database : 'repeatable read');
+          expect(level).toBe(
+            'workLevel' in setting ? setting.workLevel : 'database' in setting ? setting.database : 'repeatable read',
+          );
         }
       },
     );

@@ -1,6 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type pg from 'pg';
-import { EventSubscriber, type DataSource, type EntitySubscriberInterface, type QueryRunner, type TransactionStartEvent } from 'typeorm';
+import {
+  EventSubscriber,
+  type DataSource,
+  type EntitySubscriberInterface,
+  type QueryRunner,
+  type TransactionStartEvent,
+} from 'typeorm';
 import { IdempotencyEngine } from '../src/core/idempotency-engine.js';
 import { DeferredBegin } from '../src/store/postgres/deferred-begin.js';
 import type { PgClient } from '../src/store/postgres/pools.js';
@@ -87,7 +93,9 @@ describe('the deferred BEGIN', () => {
   it('a BEGIN that fails under a statement without parameters: that statement never runs', async () => {
     const value = label();
     const { runner, client } = await armed('SELECT 1 / 0');
-    await expect(runner.query(`INSERT INTO effects (tenant, label) VALUES ('t', '${value}')`)).rejects.toThrow(/division by zero/);
+    await expect(runner.query(`INSERT INTO effects (tenant, label) VALUES ('t', '${value}')`)).rejects.toThrow(
+      /division by zero/,
+    );
     expect(txStatus(client)).toBe('I');
     expect(await effects(value)).toBe(0);
     await release(runner);
@@ -96,7 +104,9 @@ describe('the deferred BEGIN', () => {
   it('statements sent together before the first answers: all inside the transaction, or none run', async () => {
     const ok = label();
     const good = await armed();
-    await Promise.all([1, 2, 3].map((i) => good.runner.query('INSERT INTO effects (tenant, label) VALUES ($1, $2)', [`t${i}`, ok])));
+    await Promise.all(
+      [1, 2, 3].map((i) => good.runner.query('INSERT INTO effects (tenant, label) VALUES ($1, $2)', [`t${i}`, ok])),
+    );
     expect(txStatus(good.client)).toBe('T');
     await good.client.query('ROLLBACK');
     expect(await effects(ok)).toBe(0);
@@ -112,7 +122,7 @@ describe('the deferred BEGIN', () => {
     await release(bad.runner);
   });
 
-  it("a named prepared statement not yet parsed gets the BEGIN awaited ahead of it, then runs in its transaction", async () => {
+  it('a named prepared statement not yet parsed gets the BEGIN awaited ahead of it, then runs in its transaction', async () => {
     const value = label();
     const { runner, client } = await armed();
     const name = `deferred_insert_${n}`;
@@ -125,7 +135,11 @@ describe('the deferred BEGIN', () => {
     await client.query('ROLLBACK');
     expect(await effects(value)).toBe(0);
     // Parsed once, under its own name: it runs again on this connection.
-    await (client as unknown as pg.Client).query({ name, text: 'INSERT INTO effects (tenant, label) VALUES ($1, $2)', values: ['t', value] });
+    await (client as unknown as pg.Client).query({
+      name,
+      text: 'INSERT INTO effects (tenant, label) VALUES ($1, $2)',
+      values: ['t', value],
+    });
     expect(await effects(value)).toBe(1);
     await release(runner);
   });
@@ -133,7 +147,11 @@ describe('the deferred BEGIN', () => {
   it('a BEGIN awaited ahead of a named statement that fails: the statement is never sent', async () => {
     const value = label();
     const { runner, client } = await armed('SELECT 1 / 0');
-    const named = { name: `deferred_failed_${n}`, text: 'INSERT INTO effects (tenant, label) VALUES ($1, $2)', values: ['t', value] };
+    const named = {
+      name: `deferred_failed_${n}`,
+      text: 'INSERT INTO effects (tenant, label) VALUES ($1, $2)',
+      values: ['t', value],
+    };
     await expect((client as unknown as pg.Client).query(named)).rejects.toThrow(/division by zero/);
     expect(txStatus(client)).toBe('I');
     expect(await effects(value)).toBe(0);
@@ -145,7 +163,8 @@ describe('the deferred BEGIN', () => {
     // As after TypeORM's startTransaction(), whose statement the store defers.
     (runner as unknown as { isTransactionActive: boolean; transactionDepth: number }).isTransactionActive = true;
     (runner as unknown as { transactionDepth: number }).transactionDepth = 1;
-    const stream = (client as unknown as { connection: { stream: { write: (...args: unknown[]) => boolean } } }).connection.stream;
+    const stream = (client as unknown as { connection: { stream: { write: (...args: unknown[]) => boolean } } }).connection
+      .stream;
     const write = stream.write;
     let writes = 0;
     stream.write = function (this: unknown, ...args: unknown[]) {

@@ -184,7 +184,12 @@ describe.each([
     wire = new WireCounter(Number(target.port || 5432), target.hostname);
     await wire.start();
     const proxied = Object.assign(new URL(throughWireCounter(databaseUrl(), wire)), { pathname: `/${database}` }).toString();
-    source = await openDataSource({ type: 'postgres', url: proxied, extra: { max: 4 }, ...(isolationLevel ? { isolationLevel } : {}) } as never);
+    source = await openDataSource({
+      type: 'postgres',
+      url: proxied,
+      extra: { max: 4 },
+      ...(isolationLevel ? { isolationLevel } : {}),
+    } as never);
     const store = new PostgresIdempotencyStore(source, 'idempotency_keys');
     engine = new IdempotencyEngine(store);
   });
@@ -208,7 +213,9 @@ describe.each([
     onFailure: () => ({ action: 'keep' as const }),
     run: async (tx: EntityManager) => {
       runs++;
-      const [{ level }] = (await tx.query("SELECT current_setting('transaction_isolation') AS level")) as Array<{ level: string }>;
+      const [{ level }] = (await tx.query("SELECT current_setting('transaction_isolation') AS level")) as Array<{
+        level: string;
+      }>;
       return { response: { status: 201, headers: [], body: Buffer.from(level) }, result: level };
     },
   });
@@ -226,10 +233,16 @@ describe.each([
     wire.reset();
     const first = await engine.execute(work('rr-1'));
     expect(first).toMatchObject({ kind: 'executed' });
-    expect((first as { response: { body: Buffer } }).response.body.toString()).toBe(isolationLevel ? 'read committed' : 'repeatable read');
+    expect((first as { response: { body: Buffer } }).response.body.toString()).toBe(
+      isolationLevel ? 'read committed' : 'repeatable read',
+    );
     const newKey = await settled();
     expect(newKey).toHaveLength(3);
-    expect(newKey[0].statements.slice(0, 3)).toEqual(['BEGIN ISOLATION LEVEL READ COMMITTED', expect.stringMatching(CLAIM), 'COMMIT']);
+    expect(newKey[0].statements.slice(0, 3)).toEqual([
+      'BEGIN ISOLATION LEVEL READ COMMITTED',
+      expect.stringMatching(CLAIM),
+      'COMMIT',
+    ]);
     wire.reset();
     await expect(engine.execute(work('rr-1'))).resolves.toMatchObject({ kind: 'replayed' });
     const replay = await settled();
