@@ -156,8 +156,9 @@ export class ClaimAndBegin {
     const runner = pools.main.createQueryRunner();
     let claimed: PipelinedResult;
     let committed: PipelinedResult;
+    let client: PgClient;
     try {
-      const client = (await runner.connect()) as PgClient;
+      client = (await runner.connect()) as PgClient;
       const sent = [{ text: BEGIN_READ_COMMITTED }, statements.claim(request, 'claim', null), { text: 'COMMIT' }];
       [, claimed, committed] = await exchange(client, sent, pools.main, runner);
       // The connection is gone: whether the claim committed is unknown.
@@ -182,7 +183,7 @@ export class ClaimAndBegin {
     }
     let deferred: DeferredBegin | undefined;
     try {
-      deferred = await this.deferBegin(runner);
+      deferred = await this.deferBegin(runner, client);
     } catch (error) {
       await endAndRelease(runner, error);
       await this.store.release(request).catch(() => false);
@@ -197,15 +198,15 @@ export class ClaimAndBegin {
    * statement. On a client the BEGIN cannot be written ahead of a statement
    * on (not node-postgres's JavaScript client), it is sent and awaited.
    */
-  private async deferBegin(runner: QueryRunner): Promise<DeferredBegin | undefined> {
-    const client = (await runner.connect()) as PgClient;
+  private async deferBegin(runner: QueryRunner, held?: PgClient): Promise<DeferredBegin | undefined> {
+    const client = held ?? ((await runner.connect()) as PgClient);
     if (!DeferredBegin.canDefer(client)) {
       await runner.startTransaction();
       return undefined;
     }
     let deferred: DeferredBegin | undefined;
-    await withTransactionStatementReplaced(runner, 'START TRANSACTION', async (held, statement) => {
-      deferred = DeferredBegin.arm(runner, held, statement, this.parts.pools.main);
+    await withTransactionStatementReplaced(runner, 'START TRANSACTION', async (_client, statement) => {
+      deferred = DeferredBegin.arm(runner, client, statement, this.parts.pools.main);
     });
     deferred?.watchRunner();
     return deferred;

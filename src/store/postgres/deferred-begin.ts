@@ -139,18 +139,17 @@ export class DeferredBegin {
    */
   watchRunner(): void {
     if (this.state !== 'armed') return;
-    const begin = this;
     const own = this.runner as QueryRunner & { query: QueryRunner['query'] };
-    own.query = function (this: QueryRunner, sql: string, ...rest: unknown[]) {
-      begin.unhookRunner();
-      if (begin.state === 'armed' && sql === 'ROLLBACK' && !begin.runner.isReleased) {
-        begin.state = 'open';
-        begin.unhookClient();
+    own.query = ((sql: string, ...rest: unknown[]) => {
+      this.unhookRunner();
+      if (this.state === 'armed' && sql === 'ROLLBACK' && !this.runner.isReleased) {
+        this.state = 'open';
+        this.unhookClient();
         return Promise.resolve([]);
       }
-      if (begin.state === 'armed') begin.announce();
-      return (begin.runnerQuery as (...args: unknown[]) => Promise<unknown>).call(this, sql, ...rest);
-    } as QueryRunner['query'];
+      if (this.state === 'armed') this.announce();
+      return (this.runnerQuery as (...args: unknown[]) => Promise<unknown>).call(this.runner, sql, ...rest);
+    }) as QueryRunner['query'];
   }
 
   private unhookRunner(): void {
@@ -161,29 +160,21 @@ export class DeferredBegin {
 
   /** node-postgres's side: every statement on the connection, whoever sends it (TypeORM, or the app on the raw client). */
   private hookClient(): void {
-    const begin = this;
     const original = this.clientQuery as (...args: unknown[]) => unknown;
-    (this.client as { query: unknown }).query = function (this: PgClient, config: unknown, values?: unknown, callback?: unknown) {
-      // The connection went back to its pool (the attempt ended): whoever holds it now gets it as it was.
-      if (begin.runner.isReleased) {
-        begin.unhookClient();
-        return original.call(this, config, values, callback);
+    (this.client as { query: unknown }).query = (config: unknown, values?: unknown, callback?: unknown) => {
+      // The connection went back to its pool (the attempt ended): whoever holds it now gets it as it was. The same
+      // once the transaction is open, and for the ROLLBACK after a failed BEGIN, which goes to the server (it tells a
+      // dead connection apart).
+      if (this.runner.isReleased || this.state === 'open' || (this.state === 'failed' && config === 'ROLLBACK')) {
+        this.unhookClient();
+        return original.call(this.client, config, values, callback);
       }
-      if (begin.state === 'open') {
-        begin.unhookClient();
-        return original.call(this, config, values, callback);
+      if (this.state === 'armed') {
+        this.state = 'sent';
+        this.announce();
+        return this.sendFirst(config, values, callback);
       }
-      if (begin.state === 'failed' && config === 'ROLLBACK') {
-        // The transaction never opened: the ROLLBACK goes to the server, which tells a dead connection apart.
-        begin.unhookClient();
-        return original.call(this, config, values, callback);
-      }
-      if (begin.state === 'armed') {
-        begin.state = 'sent';
-        begin.announce();
-        return begin.sendFirst(config, values, callback);
-      }
-      return begin.sendAfter(config, values, callback);
+      return this.sendAfter(config, values, callback);
     };
   }
 
@@ -223,12 +214,11 @@ export class DeferredBegin {
 
   /** Makes `query` fail, unsent, unless the BEGIN has opened the transaction by the time node-postgres sends it. */
   private holdBack(query: PgQuery): void {
-    const begin = this;
     const submit = query.submit;
-    query.submit = function (this: PgQuery, connection: PgConnection) {
+    query.submit = (connection: PgConnection) => {
       query.submit = submit;
-      if (begin.state !== 'open') return begin.failure ?? new Error('The transaction of the work has not opened.');
-      return submit.call(this, connection);
+      if (this.state !== 'open') return this.failure ?? new Error('The transaction of the work has not opened.');
+      return submit.call(query, connection);
     };
   }
 
@@ -264,22 +254,21 @@ export class DeferredBegin {
 
   /** Writes the BEGIN ahead of `query`'s own messages, in the same batch; reads its answer ahead of the query's. */
   private carryBegin(query: PgQuery): void {
-    const begin = this;
     const submit = query.submit;
-    query.submit = function (this: PgQuery, connection: PgConnection) {
+    query.submit = (connection: PgConnection) => {
       query.submit = submit;
-      if (!this.requiresPreparation()) {
+      if (!query.requiresPreparation()) {
         // One simple-protocol message: PostgreSQL runs its statements in order and stops at the first error.
-        this.text = `${begin.statement}; ${this.text}`;
-        return submit.call(this, connection);
+        query.text = `${this.statement}; ${query.text}`;
+        return submit.call(query, connection);
       }
       // Until the batch's Sync, an error makes PostgreSQL skip every message: a failed BEGIN skips the statement.
       connection.stream.cork?.();
       try {
-        connection.parse({ text: begin.statement });
+        connection.parse({ text: this.statement });
         connection.bind({});
         connection.execute({});
-        return submit.call(this, connection);
+        return submit.call(query, connection);
       } finally {
         connection.stream.uncork?.();
       }
@@ -292,23 +281,22 @@ export class DeferredBegin {
    * result when it carries the BEGIN); an error before it means the BEGIN did not open the transaction.
    */
   private watchBegin(query: PgQuery, carried: boolean): void {
-    const begin = this;
     let begun = false;
     const { handleCommandComplete, handleError, handleReadyForQuery } = query;
-    query.handleCommandComplete = function (this: PgQuery, message: unknown, connection: PgConnection) {
+    query.handleCommandComplete = (message: unknown, connection: PgConnection) => {
       if (!begun) {
         begun = true;
         if (carried) return;
       }
-      return handleCommandComplete.call(this, message, connection);
+      return handleCommandComplete.call(query, message, connection);
     };
-    query.handleError = function (this: PgQuery, error: Error, connection: PgConnection) {
-      if (begin.state === 'sent') begin.settle(begun, error);
-      return handleError.call(this, error, connection);
+    query.handleError = (error: Error, connection: PgConnection) => {
+      if (this.state === 'sent') this.settle(begun, error);
+      return handleError.call(query, error, connection);
     };
-    query.handleReadyForQuery = function (this: PgQuery, connection: PgConnection) {
-      if (begin.state === 'sent') begin.settle(begun);
-      return handleReadyForQuery.call(this, connection);
+    query.handleReadyForQuery = (connection: PgConnection) => {
+      if (this.state === 'sent') this.settle(begun);
+      return handleReadyForQuery.call(query, connection);
     };
   }
 
