@@ -268,6 +268,41 @@ describe('TypeORM subscribers with the deferred BEGIN', () => {
     expect(events).toEqual([]);
   });
 
+  it("a handler hung past maxHold loses its key: its late write rolls back with its fenced completion, the retry's commits once", async () => {
+    const other = new IdempotencyEngine(new PostgresIdempotencyStore(source, 'idempotency_keys'));
+    const key = 'sub-hung';
+    let lateWrite: unknown;
+    const hung = engine.execute({
+      ...work(key, async (tx) => {
+        await new Promise((r) => setTimeout(r, 1_500));
+        lateWrite = await tx
+          .query('INSERT INTO effects (tenant, label) VALUES ($1, $2)', ['t', key])
+          .catch((error: unknown) => error);
+        return 'late';
+      }),
+      leaseMs: 300,
+      maxHoldMs: 600,
+      heartbeat: true,
+    });
+    hung.catch(() => undefined);
+    await new Promise((r) => setTimeout(r, 1_000));
+    const retry = await other.execute({
+      ...work(key, async (tx) => {
+        await tx.query('INSERT INTO effects (tenant, label) VALUES ($1, $2)', ['t', key]);
+        return 'retry';
+      }),
+      leaseMs: 300,
+    });
+    expect(retry).toMatchObject({ kind: 'executed' });
+    await expect(hung).rejects.toMatchObject({ name: 'LeaseLostError' });
+    // It ran in the hung attempt's own transaction, which its refused completion rolled back.
+    expect(Array.isArray(lateWrite)).toBe(true);
+    const [{ count }] = (await source.query('SELECT count(*)::int AS count FROM effects WHERE label = $1', [key])) as Array<{
+      count: number;
+    }>;
+    expect(count).toBe(1);
+  });
+
   it('a failure before any statement: start and rollback, as with TypeORM alone', async () => {
     events.length = 0;
     const failing = engine.execute(
