@@ -302,6 +302,12 @@ describe.each(ADAPTERS)('preparedStatements over %s', (adapter) => {
       expect(Buffer.compare(replay.body, first.body)).toBe(0);
       expect((await post(api.url, '/items', { label: 'other' }, 'p1')).status).toBe(422);
       expect(api.probe.count('p')).toBe(1);
+      // A handler with no statement: its BEGIN goes with the named completion, in two round trips.
+      counter.reset();
+      const text = await post(api.url, '/text', { label: 'p-text' }, 'p3');
+      expect(text.status).toBe(201);
+      expect(counter.roundTrips).toHaveLength(2);
+      expect((await post(api.url, '/text', { label: 'p-text' }, 'p3')).headers['idempotent-replayed']).toBe('true');
     } finally {
       await api.close();
     }
