@@ -1,6 +1,7 @@
 import type { EntityManager, QueryRunner } from 'typeorm';
 import type { ClaimRequest, OpenAttempt } from '../../core/idempotency-store.js';
 import type { ClaimRouting } from './claim-routing.js';
+import type { DeferredBegin } from './deferred-begin.js';
 import { exchange, type PgClient, type Pools } from './pools.js';
 import { isFenceLost, WORK_SAVEPOINT, type KeyStatements } from './statements.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
@@ -23,6 +24,8 @@ export interface AttemptShape {
   writesRow?: boolean;
   /** The transaction holds the key's lock (see `KeyStatements.holdKeyLock`): its lease needs no renewal. */
   holdsKeyLock?: boolean;
+  /** The transaction's BEGIN waits for the work's first statement; the completion's message takes it when none came. */
+  deferredBegin?: DeferredBegin;
 }
 
 /**
@@ -64,12 +67,14 @@ export function openAttempt(
       let rolledBack = false;
       try {
         await withTransactionStatementReplaced(runner, 'COMMIT', async (client) => {
-          const [completion, commit] = await exchange(
+          const begin = how.deferredBegin?.take();
+          const completed = await exchange(
             client,
-            [statements.completion(request, response, ttlMs, writesRow), { text: 'COMMIT' }],
+            [...(begin ? [begin] : []), statements.completion(request, response, ttlMs, writesRow), { text: 'COMMIT' }],
             pools.main,
             runner,
           );
+          const [completion, commit] = begin ? completed.slice(1) : completed;
           rolledBack = !completion.ok && commit.ok;
           if (!completion.ok) throw completion.error;
           if (!commit.ok) throw commit.error;
@@ -111,7 +116,10 @@ export function openAttempt(
       try {
         if (runner.isTransactionActive) await runner.rollbackTransaction();
       } catch (error) {
-        if (isUnavailableError(error)) throw error;
+        if (isUnavailableError(error)) {
+          if (how.deferredBegin && !how.deferredBegin.opened) await endLease(parts, request);
+          throw error;
+        }
       } finally {
         if (!runner.isReleased) await runner.release();
       }
@@ -134,6 +142,18 @@ export function openAttempt(
       await end(Object.assign(new Error('The attempt held its key past maxHold and was ended.'), { code: ADMIN_SHUTDOWN }));
     },
   };
+}
+
+/**
+ * The connection died before the work's deferred BEGIN opened its transaction:
+ * nothing of the work committed, but the work had started and may have used
+ * its claim's generation (in a downstream key), so the claim is not deleted.
+ * Its lease ends now, fenced, and the row keeps the key's history: a retry
+ * takes it over at once, with the same generation.
+ */
+async function endLease(parts: AttemptParts, request: ClaimRequest): Promise<void> {
+  const statement = { text: parts.statements.sql.endLease, values: [request.tenant, request.ownerToken] };
+  await parts.pools.run(statement, { write: true }).catch(() => undefined);
 }
 
 /**
