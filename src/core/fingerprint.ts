@@ -61,9 +61,15 @@ function updateWithBody(hash: Hash, body: unknown): void {
     hash.update(body, 'utf8');
   } else {
     hash.update('json:');
-    const chunks = new HashChunks(hash);
-    writeCanonical(body, chunks.write);
-    chunks.flush();
+    const prepared = prepare(body);
+    if (prepared?.byHand === NONE_BY_HAND) {
+      // Most bodies are small: one piece, hashed as it is.
+      hash.update(onePiece(prepared.value));
+    } else {
+      const chunks = new HashChunks(hash);
+      writeCanonical(body, prepared, chunks.write);
+      chunks.flush();
+    }
   }
 }
 
@@ -82,10 +88,19 @@ function updateWithBody(hash: Hash, body: unknown): void {
  *   deeper than `MAX_FINGERPRINT_DEPTH`
  */
 export function canonicalJson(value: unknown): string {
+  const prepared = prepare(value);
+  if (prepared?.byHand === NONE_BY_HAND) return onePiece(prepared.value);
   let text = '';
-  writeCanonical(value, (part) => {
+  writeCanonical(value, prepared, (part) => {
     text += part;
   });
+  return text;
+}
+
+/** The canonical text of a prepared value that `JSON.stringify` writes whole (nothing to write by hand). */
+function onePiece(value: unknown): string {
+  const text = JSON.stringify(value) as string | undefined;
+  if (text === undefined) throw new UnrepresentableInputError('the value has no JSON representation');
   return text;
 }
 
@@ -93,10 +108,11 @@ export function canonicalJson(value: unknown): string {
  * Writes the canonical JSON of `value` to `out`, piece by piece; the pieces
  * joined are the canonical text, and no piece splits a string of the value
  * (so each can be encoded as UTF-8 on its own: a surrogate pair never ends
- * up in two pieces).
+ * up in two pieces). `prepared` is what `prepare` made of `value`.
  *
  * Plain JSON data (what a body parser makes) is first walked once
- * (`prepare`): the walk refuses what has no canonical form (lone
+ * (`prepare`; a value it leaves nothing to write by hand for, most small
+ * bodies, is then one `JSON.stringify`, see `onePiece`): the walk refuses what has no canonical form (lone
  * surrogates, non-finite numbers, hostile depth, on its way down rather
  * than by overflowing the stack), and gives back a value whose own
  * `JSON.stringify` is the canonical text: the same objects where their
@@ -120,8 +136,7 @@ export function canonicalJson(value: unknown): string {
  * through `write`, which uses `isWellFormed` and `JSON.stringify` for every
  * leaf.
  */
-function writeCanonical(value: unknown, out: (piece: string) => void): void {
-  const prepared = prepare(value);
+function writeCanonical(value: unknown, prepared: Prepared | undefined, out: (piece: string) => void): void {
   if (prepared === undefined) {
     const text = write(value, 1);
     if (text === undefined) throw new UnrepresentableInputError('the value has no JSON representation');
@@ -189,14 +204,14 @@ const NOT_PLAIN: unique symbol = Symbol('not plain JSON data');
  * estimated length): the large ones, `OrderedMembers`, and any holding one.
  * Undefined for anything that is not plain data.
  */
-function prepare(root: unknown): { value: unknown; byHand: ByHand } | undefined {
+function prepare(root: unknown): Prepared | undefined {
   // Made only for a value that needs it: most bodies are small, and are written in one piece.
   let byHand: Map<object, number> | undefined;
   let length = 0;
   let ordered = 0;
   // The last key order seen at each depth: siblings mostly share one shape (an array of line items), so sorting
   // and checking their keys is done once for all of them.
-  const orders: Array<KeyOrder | undefined> = [];
+  let orders: Array<KeyOrder | undefined> | undefined;
   const walk = (value: unknown, depth: number): unknown => {
     switch (typeof value) {
       case 'string':
@@ -247,8 +262,8 @@ function prepare(root: unknown): { value: unknown; byHand: ByHand } | undefined 
       if (prototype !== Object.prototype && prototype !== null) return NOT_PLAIN;
       const object = value as Record<string, unknown>;
       const keys = Object.keys(object);
-      let order = orders[depth];
-      if (!order || !sameKeys(order.keys, keys)) orders[depth] = order = keyOrder(keys);
+      let order = orders?.[depth];
+      if (!order || !sameKeys(order.keys, keys)) (orders ??= [])[depth] = order = keyOrder(keys);
       const { sorted, inOrder, copyable } = order;
       // Fresh objects for keys out of order; for keys in order, only once a member changed.
       let fresh: Record<string, unknown> | undefined = !inOrder && copyable ? {} : undefined;
@@ -292,6 +307,12 @@ function sameKeys(a: readonly string[], b: readonly string[]): boolean {
   return true;
 }
 
+/** What `prepare` gives: the value to serialize, and the containers to write by hand. */
+interface Prepared {
+  value: unknown;
+  byHand: ByHand;
+}
+
 /** Containers `emit` writes itself, each with its estimated length of text. */
 type ByHand = ReadonlyMap<object, number>;
 const NONE_BY_HAND: ByHand = new Map();
@@ -308,7 +329,9 @@ function keyOrder(keys: string[]): KeyOrder {
     if (i > 0 && keys[i - 1] >= key) inOrder = false;
   }
   const sorted = inOrder ? keys : [...keys].sort();
-  return { keys, sorted, inOrder, copyable: !keys.includes('__proto__') && enumeratesAsSorted(sorted) };
+  // Keys already in order enumerate in that order in a fresh object too (integer-like ones come first either way).
+  const copyable = !keys.includes('__proto__') && (inOrder || enumeratesAsSorted(sorted));
+  return { keys, sorted, inOrder, copyable };
 }
 
 /**
