@@ -97,23 +97,46 @@ describe.each(ADAPTERS)('database unreachable over %s', (adapter) => {
     expect(api.probe.count(label)).toBe(1);
   });
 
-  it('a connection lost at BEGIN, after the claim: 503 saying nothing ran, the claim given back, a retry runs at once', async () => {
-    const label = `${adapter}-begin`;
-    proxy.dropConnectionOn('START TRANSACTION');
+  it('a connection lost with the claim: 503 saying nothing ran, nothing claimed, a retry runs at once', async () => {
+    const label = `${adapter}-claim-lost`;
+    proxy.dropConnectionOn('nest-idempotency:claim');
     const lost = await post(api.url, '/items', { label }, `k-${label}`);
     expect(lost.status).toBe(503);
     expect(lost.json()).toMatchObject({ type: ProblemType.unavailable, detail: expect.stringMatching(/not processed/) });
     expect(lost.headers['retry-after']).toBe('5');
     expect(api.probe.count(label)).toBe(0);
-    const check = await sqlClient(schema);
-    try {
-      expect((await check.query('SELECT count(*) FROM idempotency_keys WHERE key = $1', [`k-${label}`])).rows[0].count).toBe('0');
-    } finally {
-      await check.end();
-    }
     const retry = await post(api.url, '/items', { label }, `k-${label}`);
     expect(retry.status).toBe(201);
     expect(api.probe.count(label)).toBe(1);
+  });
+
+  it("a connection lost at the work's BEGIN (sent with its first statement): nothing ran outside a transaction, the lease ended, a retry writes once", async () => {
+    const label = `${adapter}-begin`;
+    proxy.dropConnectionOn('START TRANSACTION');
+    const lost = await post(api.url, '/items', { label }, `k-${label}`);
+    expect(lost.status).toBe(503);
+    // The handler had started (it may have used its claim's generation): the outcome is unknown to the client.
+    expect(lost.json()).toMatchObject({ type: ProblemType.unavailable, detail: expect.stringMatching(/unknown/) });
+    expect(api.probe.count(label)).toBe(1);
+    const check = await sqlClient(schema);
+    try {
+      // The statement that carried the BEGIN never ran; the claim's row stays, its history kept, its lease ended.
+      expect((await check.query('SELECT count(*) FROM effects WHERE label = $1', [label])).rows[0].count).toBe('0');
+      const { rows } = await check.query(
+        'SELECT status, generation::text, lease_expires_at <= now() AS ended FROM idempotency_keys WHERE key = $1',
+        [`k-${label}`],
+      );
+      expect(rows).toEqual([{ status: 'in_flight', generation: expect.any(String), ended: true }]);
+      const retry = await post(api.url, '/items', { label }, `k-${label}`);
+      expect(retry.status).toBe(201);
+      expect(api.probe.count(label)).toBe(2);
+      expect((await check.query('SELECT count(*) FROM effects WHERE label = $1', [label])).rows[0].count).toBe('1');
+      // The retry took the claim over: the same generation, so downstream keys derived from it are the same.
+      const after = await check.query('SELECT generation::text, attempt FROM idempotency_keys WHERE key = $1', [`k-${label}`]);
+      expect(after.rows[0]).toEqual({ generation: rows[0].generation, attempt: 2 });
+    } finally {
+      await check.end();
+    }
   });
 
   it('a connection lost while the handler runs answers 503, commits nothing, and a retry after the lease succeeds once', async () => {

@@ -14,6 +14,7 @@ import {
 } from '../src/index.js';
 import { fingerprintValue } from '../src/core/fingerprint.js';
 import { KEY_FUNCTIONS_VERSION, keyStoreStatements } from '../src/store/key-store.sql.js';
+import { keyUpkeepStatements } from '../src/store/key-upkeep.sql.js';
 import { resolveIdempotencyOptions } from '../src/resolve-options.js';
 import {
   createPartitionedTableStatements,
@@ -176,7 +177,10 @@ describe.each(LAYOUTS)('the %s key table leads with the tenant', (layout, statem
 
 describe("the store's per-key statements", () => {
   it('filter by tenant first', () => {
-    const statements = keyStoreStatements('"idempotency_keys"', 'idempotency_keys');
+    const statements = {
+      ...keyStoreStatements('"idempotency_keys"', 'idempotency_keys'),
+      ...keyUpkeepStatements('"idempotency_keys"'),
+    };
     for (const name of ['renewLease', 'recordPhase', 'release'] as const) {
       expect({ name, where: /WHERE tenant_id = \$1 AND key = \$2 /.test(statements[name]) }).toEqual({ name, where: true });
     }

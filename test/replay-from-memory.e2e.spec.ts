@@ -148,9 +148,9 @@ describe.each(ADAPTERS)('without replayFromMemory over %s', (adapter) => {
 });
 
 /*
- * Two instances on one table, both with replayFromMemory: each remembers only
- * what it completed itself, so the other asks the database, and duplicates
- * spread over both still make one effect.
+ * Two instances on one table, both with replayFromMemory: each remembers what
+ * it completed and what it replayed from the database, so the other asks the
+ * database once, and duplicates spread over both still make one effect.
  */
 describe.each(ADAPTERS)('replays from memory on two instances over %s', (adapter) => {
   let a: TestApp;
@@ -174,23 +174,39 @@ describe.each(ADAPTERS)('replays from memory on two instances over %s', (adapter
     await db?.end();
   });
 
-  it('the other instance replays from the database, the completing one from memory', async () => {
+  it('the other instance replays from the database once, then from memory too', async () => {
     const label = fresh();
     const first = await post(a.url, '/items', { label }, `k-${label}`);
     expect(first.status).toBe(201);
     const fromDatabase = await post(b.url, '/items', { label }, `k-${label}`);
     expect(fromDatabase.headers['idempotent-replayed']).toBe('true');
     expect(Buffer.compare(fromDatabase.body, first.body)).toBe(0);
-    // Deleted by hand: the completing instance still answers from memory; the other asks the database, which has
-    // forgotten the key, so it runs the handler (a replay from the database is not remembered).
+    // Deleted by hand: the completing instance answers from memory, and so does the one that replayed it from the
+    // database (a database that had forgotten the key would have run the handler again).
     await db.query('DELETE FROM idempotency_keys WHERE key = $1', [`k-${label}`]);
-    const fromMemory = await post(a.url, '/items', { label }, `k-${label}`);
-    expect(fromMemory.headers['idempotent-replayed']).toBe('true');
-    expect(Buffer.compare(fromMemory.body, first.body)).toBe(0);
+    for (const app of [a, b]) {
+      const fromMemory = await post(app.url, '/items', { label }, `k-${label}`);
+      expect(fromMemory.headers['idempotent-replayed']).toBe('true');
+      expect(Buffer.compare(fromMemory.body, first.body)).toBe(0);
+    }
+    expect(a.probe.count(label)).toBe(1);
+    expect(b.probe.count(label)).toBe(0);
+    expect(await effects(label)).toBe(1);
+  });
+
+  it('remembers a replay from the database no longer than its record lives, by the database clock', async () => {
+    const label = fresh();
+    await post(a.url, '/items', { label }, `k-${label}`);
+    // The record has 1.5 s left: less than the margin a remembered answer keeps from its record's end.
+    await db.query(`UPDATE idempotency_keys SET expires_at = now() + interval '1500 milliseconds' WHERE key = $1`, [
+      `k-${label}`,
+    ]);
+    const fromDatabase = await post(b.url, '/items', { label }, `k-${label}`);
+    expect(fromDatabase.headers['idempotent-replayed']).toBe('true');
+    await db.query('DELETE FROM idempotency_keys WHERE key = $1', [`k-${label}`]);
     const rerun = await post(b.url, '/items', { label }, `k-${label}`);
     expect(rerun.status).toBe(201);
     expect(rerun.headers['idempotent-replayed']).toBeUndefined();
-    expect(a.probe.count(label)).toBe(1);
     expect(b.probe.count(label)).toBe(1);
     expect(await effects(label)).toBe(2);
   });

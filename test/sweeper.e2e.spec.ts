@@ -8,7 +8,7 @@ import type { DataSource } from 'typeorm';
 import { IdempotencyModule, IdempotencyService, IdempotencySweeper, PostgresIdempotencyStore } from '../src/index.js';
 import { createTables, dataSourceOptions, freshSchema, openDataSource, sqlClient } from './support/database.js';
 import { keyTableKind, keyTableOptions } from './support/key-table.js';
-import { keyStoreStatements } from '../src/store/key-store.sql.js';
+import { keyUpkeepStatements } from '../src/store/key-upkeep.sql.js';
 import { partitionedRetentionStatements } from '../src/store/partitioned/partitioned-key-table.sql.js';
 
 /**
@@ -142,7 +142,7 @@ describe('sweeping expired keys', () => {
         expect(used).not.toMatch(/Seq Scan/);
       }
     } else {
-      const sql = keyStoreStatements('"idempotency_keys"', 'idempotency_keys');
+      const sql = keyUpkeepStatements('"idempotency_keys"');
       for (const [statement, params] of [
         [sql.sweepBatch, [500, '-infinity']],
         [sql.countExpired, [500]],

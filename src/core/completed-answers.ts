@@ -16,13 +16,14 @@ interface Entry {
 }
 
 /**
- * A bounded store of the answers this process completed, so a retry that
- * reaches the same instance soon after (a client's, a load balancer's) is
- * answered without a round trip. A completed answer never changes until its
- * record expires (the contract, A4.10), so this is safe while an entry lives
- * no longer than the record: an entry is kept at most `windowMs`, and never
- * past `ttlMs` from its completion minus a margin for the time the
- * completion's round trip took and for clocks. Looked up by tenant and key,
+ * A bounded store of the answers this process completed or last replayed
+ * from the database, so a retry that reaches the same instance soon after (a
+ * client's, a load balancer's) is answered without a round trip. A completed
+ * answer never changes until its record expires (the contract, A4.10), so
+ * this is safe while an entry lives no longer than the record: an entry is
+ * kept at most `windowMs`, and never past the record's life (the TTL from
+ * its completion, or what the database said was left of it at a replay)
+ * minus a margin for the round trip and for clocks. Looked up by tenant and key,
  * and answered only for the same fingerprint, exactly as the database path
  * (another fingerprint is a 422 there too). Least recently stored first out
  * when the entries or their bytes exceed the limits.
@@ -46,9 +47,10 @@ export class CompletedAnswers {
   }
 
   /**
-   * Keeps the answer just committed for `(tenant, key)`.
-   * @param completedAt `performance.now()` when the completion was sent: its record expires `ttlMs` after the database
-   *   ran it, which is after this moment
+   * Keeps the answer just committed, or just replayed from the database, for `(tenant, key)`.
+   * @param ttlMs how long the record lives from `completedAt` on: the TTL of a completion, what is left of a replayed one
+   * @param completedAt `performance.now()` when the completion (or the claim that replayed it) was sent: the database
+   *   measured `ttlMs` from a moment after it
    */
   remember(tenant: string, key: string, fingerprint: string, response: StoredResponse, ttlMs: number, completedAt: number): void {
     const lifetime = Math.min(this.limits.windowMs, ttlMs - clockMargin(ttlMs));

@@ -1,4 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
+import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
 import fc from 'fast-check';
 import { UnrepresentableInputError } from './errors.js';
@@ -165,5 +166,132 @@ describe('canonicalJson', () => {
     expect(canonicalJson({ b: 1, 10: 2, 2: 3, a: [undefined, { y: null, x: true }], '\u00e9': 0, z: undefined })).toBe(
       '{"10":2,"2":3,"a":[null,{"x":true,"y":null}],"b":1,"\u00e9":0}',
     );
+  });
+});
+
+describe('canonicalJson and fingerprints of large values (written in pieces, objects re-sorted into fresh ones)', () => {
+  /** What the fingerprint of a JSON value was before it was written in pieces: SHA-256 of "json:" and the RFC 8785 text. */
+  const expectedFingerprint = (value: unknown) =>
+    createHash('sha256')
+      .update(`json:${canonicalize(value) as string}`)
+      .digest('hex');
+
+  const expectCanonical = (value: unknown) => {
+    const before = JSON.stringify(value);
+    const expected = canonicalize(value);
+    // Compared by digest: a failure should not print a megabyte.
+    const digest = (text: string | undefined) => createHash('sha256').update(String(text)).digest('hex');
+    expect(digest(canonicalJson(value))).toBe(digest(expected));
+    expect(fingerprintValue(value)).toBe(expectedFingerprint(value));
+    // Sorted into copies: the value itself is left as it was.
+    expect(JSON.stringify(value)).toBe(before);
+  };
+
+  it('writes random large values as canonicalize does, and hashes them as before', () => {
+    const member = fc.jsonValue({ maxDepth: 3, stringUnit: 'binary' });
+    const large = fc.record({
+      z: fc.array(member, { minLength: 200, maxLength: 1_500 }),
+      a: fc.dictionary(fc.string({ unit: 'binary' }), fc.array(member, { maxLength: 200 }), { maxKeys: 20 }),
+      '10': fc.array(fc.dictionary(fc.string({ maxLength: 3 }), member, { maxKeys: 8 }), { maxLength: 500 }),
+    });
+    fc.assert(
+      fc.property(large, (value) => {
+        let refused = false;
+        try {
+          canonicalize(value);
+        } catch {
+          refused = true;
+        }
+        if (refused) expect(() => canonicalJson(value)).toThrow(UnrepresentableInputError);
+        else expectCanonical(value);
+      }),
+      { numRuns: 60 },
+    );
+  });
+
+  it('writes a ~1 MiB body of line items with keys out of order, as the bench sends it', () => {
+    const lines = Array.from({ length: 8_000 }, (_, i) => ({
+      sku: `sku-${i}`,
+      description: `Line item ${i} \u{1F600} caf\u00e9`,
+      quantity: 1 + (i % 5),
+      unitAmount: i % 3 ? 100.5 + i : -0,
+      tags: ['bench', i % 2 ? 'odd' : 'even', { z: null, y: [true, false] }],
+    }));
+    const body = { metadata: { order: 'ord', lines }, amount: 1, currency: 'eur' };
+    expect(Buffer.byteLength(JSON.stringify(body))).toBeGreaterThan(900_000);
+    expectCanonical(body);
+    expectCanonical(JSON.parse(JSON.stringify(body)));
+  });
+
+  it('writes integer-like keys in canonical order wherever they are, in small and large objects', () => {
+    const small = { b: 1, 10: 2, 9: 3, a: { 2: 'x', 10: 'y', '-1': 'z', ' ': 0 }, '007': 1, 4294967296: 5, 4294967294: 6 };
+    expectCanonical(small);
+    expectCanonical([small, { 1: { b: 1, a: 2 }, 0: [] }]);
+    const large = Object.fromEntries(Array.from({ length: 3_000 }, (_, i) => [String((i * 7919) % 3_001), { v: i, k: 'x' }]));
+    expectCanonical(large);
+    expectCanonical({ b: large, a: Array.from({ length: 300 }, (_, i) => ({ [i]: i, [`k${i}`]: i, 1: 'one', 10: 'ten' })) });
+  });
+
+  it('writes own __proto__ keys (a JSON parser makes them) in small objects, large ones and large arrays', () => {
+    const items = Array.from({ length: 2_000 }, (_, i) => `{"b":${i},"__proto__":{"y":1,"x":[${i}]},"a":"${'x'.repeat(i % 7)}"}`);
+    for (const text of [
+      '{"b":1,"__proto__":{"y":1,"x":2},"a":2}',
+      '{"a":{"__proto__":1},"b":{"d":1,"c":2}}',
+      `[${items.join(',')}]`,
+      `{"z":[${items.join(',')}],"__proto__":[${items.slice(0, 50).join(',')}]}`,
+    ]) {
+      const parsed = JSON.parse(text) as unknown;
+      expectCanonical(parsed);
+      expect(Object.getPrototypeOf(parsed)).toBe(Array.isArray(parsed) ? Array.prototype : Object.prototype);
+    }
+  });
+
+  it('writes large arrays of objects that share no keys, and members with no JSON form as JSON.stringify does', () => {
+    expectCanonical(Array.from({ length: 20_000 }, (_, i) => ({ [`k${i}`]: i, shared: [i, undefined], gone: undefined })));
+    // canonicalize writes a function as `undefined` in an object and as nothing in an array (`[1,]`); this leaves
+    // it out of an object and writes null in an array, as JSON.stringify does (and as the general writer always did).
+    const functions = Array.from({ length: 5_000 }, (_, i) => [i, () => i, Symbol('s'), { f: () => i, b: 1 }]);
+    expect(canonicalJson(functions)).toBe(JSON.stringify(functions));
+    expectCanonical({
+      z: Array.from({ length: 5_000 }, (_, i) => (i % 3 ? undefined : { b: i, a: Symbol('s') })),
+      a: 'x'.repeat(20_000),
+    });
+  });
+
+  it('refuses hostile input hidden deep in a large value', () => {
+    const filler = Array.from({ length: 5_000 }, (_, i) => ({ b: i, a: 'filler' }));
+    const deep = (depth: number): unknown => {
+      let value: unknown = { b: 1, a: 2 };
+      for (let i = 1; i < depth; i++) value = i % 2 ? [value] : { y: value, x: 1 };
+      return value;
+    };
+    const refusal = (value: unknown) => {
+      try {
+        fingerprintValue(value);
+        return 'accepted';
+      } catch (error) {
+        expect(error).toBeInstanceOf(UnrepresentableInputError);
+        return (error as UnrepresentableInputError).reason;
+      }
+    };
+    expect(refusal([...filler, { b: 'ok', a: 'lone \ud800 half' }])).toMatch(/lone surrogate/);
+    expect(refusal([...filler, { ['\udc00']: 1 }])).toMatch(/lone surrogate/);
+    expect(refusal({ z: filler, a: [1, Number.NaN] })).toMatch(/out of range/);
+    expect(refusal({ z: filler, a: [1, 10n] })).toMatch(/BigInt/);
+    expect(refusal([...filler, deep(MAX_FINGERPRINT_DEPTH)])).toMatch(/nested deeper than 128/);
+    expect(refusal([...filler, deep(MAX_FINGERPRINT_DEPTH - 1)])).toBe('accepted');
+    expectCanonical([...filler, deep(MAX_FINGERPRINT_DEPTH - 1)]);
+  });
+
+  it('takes values that are not plain data in a large value through the general writer', () => {
+    class Amount {
+      constructor(readonly value = 1) {}
+    }
+    const filler = Array.from({ length: 3_000 }, (_, i) => ({ b: i, a: 'filler' }));
+    const withToJson = Object.assign([1, 2], { toJSON: () => 'two numbers' });
+    for (const odd of [new Date(0), new Amount(), withToJson, new Map([[1, 2]]), Object(5) as unknown]) {
+      const value = { z: filler, a: odd };
+      expect(canonicalJson(value)).toBe(canonicalize(value));
+    }
   });
 });

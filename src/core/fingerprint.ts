@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, type Hash } from 'node:crypto';
 import { UnrepresentableInputError } from './errors.js';
 
 /**
@@ -50,7 +50,7 @@ export function fingerprintValue(value: unknown): string {
   return hash.digest('hex');
 }
 
-function updateWithBody(hash: ReturnType<typeof createHash>, body: unknown): void {
+function updateWithBody(hash: Hash, body: unknown): void {
   if (body === undefined || body === null) {
     hash.update('empty');
   } else if (Buffer.isBuffer(body) || body instanceof Uint8Array) {
@@ -61,7 +61,15 @@ function updateWithBody(hash: ReturnType<typeof createHash>, body: unknown): voi
     hash.update(body, 'utf8');
   } else {
     hash.update('json:');
-    hash.update(canonicalJson(body));
+    const prepared = prepare(body);
+    if (prepared?.byHand === NONE_BY_HAND) {
+      // Most bodies are small: one piece, hashed as it is.
+      hash.update(onePiece(prepared.value));
+    } else {
+      const chunks = new HashChunks(hash);
+      writeCanonical(body, prepared, chunks.write);
+      chunks.flush();
+    }
   }
 }
 
@@ -73,100 +81,350 @@ function updateWithBody(hash: ReturnType<typeof createHash>, body: unknown): voi
  * Written here rather than taken from the `canonicalize` package, whose
  * output it matches (a property test checks that): on a 1 MiB body the
  * package spent about 35 ms of CPU per request, mostly in a per-character
- * surrogate scan and string joins. Plain JSON data (what a body parser
- * makes) takes one validating walk and then the engine's own serializer
- * with the sorted keys as its property list (`plainKeys`), about a quarter
- * of the CPU and far less garbage than building the text value by value;
- * anything else goes through `write`, which uses `isWellFormed` and
- * `JSON.stringify` for every leaf. Both refuse hostile depth on their way
- * down instead of overflowing the stack.
+ * surrogate scan and string joins. See `writeCanonical` for how.
  *
  * @throws UnrepresentableInputError a lone surrogate, a non-finite number,
  *   a value with no JSON form (a BigInt, a function at the top), or nesting
  *   deeper than `MAX_FINGERPRINT_DEPTH`
  */
 export function canonicalJson(value: unknown): string {
-  const keys = plainKeys(value);
-  // Keys already in order at every depth (most small bodies): the serializer's fast path, without a property list.
-  const text = keys === 'sorted' ? JSON.stringify(value) : keys ? JSON.stringify(value, keys.sort()) : write(value, 1);
+  const prepared = prepare(value);
+  if (prepared?.byHand === NONE_BY_HAND) return onePiece(prepared.value);
+  let text = '';
+  writeCanonical(value, prepared, (part) => {
+    text += part;
+  });
+  return text;
+}
+
+/** The canonical text of a prepared value that `JSON.stringify` writes whole (nothing to write by hand). */
+function onePiece(value: unknown): string {
+  const text = JSON.stringify(value) as string | undefined;
   if (text === undefined) throw new UnrepresentableInputError('the value has no JSON representation');
   return text;
 }
 
 /**
- * Past this many object-and-key pairs the engine's serializer would do more
- * work than the writer below: it looks every key of the list up in every
- * object (a body of many objects with distinct keys).
+ * Writes the canonical JSON of `value` to `out`, piece by piece; the pieces
+ * joined are the canonical text, and no piece splits a string of the value
+ * (so each can be encoded as UTF-8 on its own: a surrogate pair never ends
+ * up in two pieces). `prepared` is what `prepare` made of `value`.
+ *
+ * Plain JSON data (what a body parser makes) is first walked once
+ * (`prepare`; a value it leaves nothing to write by hand for, most small
+ * bodies, is then one `JSON.stringify`, see `onePiece`): the walk refuses what has no canonical form (lone
+ * surrogates, non-finite numbers, hostile depth, on its way down rather
+ * than by overflowing the stack), and gives back a value whose own
+ * `JSON.stringify` is the canonical text: the same objects where their
+ * keys are already in canonical order (most small bodies: no copy at all),
+ * fresh plain objects with the keys inserted in sorted order where they are
+ * not. The engine's serializer then writes it on its fast path, without a
+ * property list. (The property list was the previous way: the serializer
+ * looks every listed key up in every object, and its output on a 1 MiB
+ * body is a tree of thousands of pieces that hashing must first copy into
+ * one flat string and then once more into a 1 MiB UTF-8 buffer: large
+ * fresh allocations, each a few milliseconds of page faults here.)
+ *
+ * Large values (past `PIECE_CHARS`, estimated on the walk) are not written
+ * as one string: their containers are written here and their members
+ * serialized in runs of about `PIECE_CHARS`, so hashing a 1 MiB body never
+ * builds a 1 MiB string; and the few objects a fresh object cannot hold in
+ * canonical order (integer-like keys, which every object enumerates first
+ * and in numeric order; an own `__proto__`, which assignment would turn
+ * into a prototype) are written here too, key by key. Anything that is not
+ * plain data (a `toJSON`, a class instance, a Map, a boxed primitive) goes
+ * through `write`, which uses `isWellFormed` and `JSON.stringify` for every
+ * leaf.
  */
-const MAX_KEY_LOOKUPS = 1_000_000;
+function writeCanonical(value: unknown, prepared: Prepared | undefined, out: (piece: string) => void): void {
+  if (prepared === undefined) {
+    const text = write(value, 1);
+    if (text === undefined) throw new UnrepresentableInputError('the value has no JSON representation');
+    out(text);
+    return;
+  }
+  if (!emit(prepared.value, prepared.byHand, out)) throw new UnrepresentableInputError('the value has no JSON representation');
+}
 
 /**
- * Whether `value` is plain JSON data (what a JSON body parser makes): then
- * its canonical form is what the engine's own `JSON.stringify` writes with
- * every key it holds, sorted, as the property list, which serialises every
- * object's keys in that order (integer-like keys included, unlike an
- * object's own order) at native speed, with no string built per value.
- * The walk refuses what has no canonical form on its way.
- *
- * @returns `'sorted'` when every object's own keys are already in canonical
- * order (`Object.keys` order, integer-like keys first, is the order
- * `JSON.stringify` writes them in, so it then writes the canonical form
- * with no property list); else every key it holds; undefined for anything else (a `toJSON`, a class
- * instance, a Map, a boxed primitive, an own `__proto__` key that the list
- * would read through the prototype of every other object, or a list too
- * long for the objects), which the writer below handles.
+ * About how many characters of canonical text a piece holds: a value
+ * estimated larger is written in pieces, and hashing takes the text in
+ * pieces of about this length. Well under the size at which the engine
+ * gives a string (and Node's hash a UTF-8 buffer) pages of its own.
  */
-function plainKeys(root: unknown): 'sorted' | string[] | undefined {
-  let objects = 0;
-  let sorted = true;
-  const found = new Set<string>();
-  const walk = (value: unknown, depth: number): boolean => {
+const PIECE_CHARS = 16 * 1024;
+
+/** Feeds a hash pieces of text, joined into chunks of about `PIECE_CHARS` (one `update` per tiny piece costs more). */
+class HashChunks {
+  private pending = '';
+  constructor(private readonly hash: Hash) {}
+
+  readonly write = (piece: string): void => {
+    this.pending += piece;
+    if (this.pending.length >= PIECE_CHARS) {
+      this.hash.update(this.pending);
+      this.pending = '';
+    }
+  };
+
+  flush(): void {
+    if (this.pending !== '') this.hash.update(this.pending);
+    this.pending = '';
+  }
+}
+
+/**
+ * An object that a fresh plain object cannot hold in canonical key order:
+ * its keys in that order and their canonical values, written key by key.
+ */
+class OrderedMembers {
+  constructor(
+    readonly keys: readonly string[],
+    readonly values: readonly unknown[],
+  ) {}
+}
+
+/** The keys of one object shape: their canonical order, and how an object with them is written. */
+interface KeyOrder {
+  keys: readonly string[];
+  /** The keys sorted by UTF-16 code units (`keys` itself when they already are). */
+  sorted: readonly string[];
+  /** `Object.keys` is already the canonical order: `JSON.stringify` writes the object as it is. */
+  inOrder: boolean;
+  /** A fresh plain object with `sorted` assigned in that order enumerates them in that order. */
+  copyable: boolean;
+}
+
+/** Marks a value the walk found is not plain JSON data. */
+const NOT_PLAIN: unique symbol = Symbol('not plain JSON data');
+
+/**
+ * The walk of `writeCanonical` over plain JSON data: the value to serialize
+ * (see there), and the containers `emit` must write itself (each with its
+ * estimated length): the large ones, `OrderedMembers`, and any holding one.
+ * Undefined for anything that is not plain data.
+ */
+function prepare(root: unknown): Prepared | undefined {
+  // Made only for a value that needs it: most bodies are small, and are written in one piece.
+  let byHand: Map<object, number> | undefined;
+  let length = 0;
+  let ordered = 0;
+  // The last key order seen at each depth: siblings mostly share one shape (an array of line items), so sorting
+  // and checking their keys is done once for all of them.
+  let orders: Array<KeyOrder | undefined> | undefined;
+  const walk = (value: unknown, depth: number): unknown => {
     switch (typeof value) {
       case 'string':
         if (!(value as string & { isWellFormed(): boolean }).isWellFormed()) throw new UnrepresentableInputError(LONE_SURROGATE);
-        return true;
+        length += value.length + 2;
+        return value;
       case 'number':
         if (!Number.isFinite(value))
           throw new UnrepresentableInputError('a number is out of range (it parses to Infinity or NaN)');
-        return true;
+        length += 8;
+        return value;
       case 'bigint':
         throw new UnrepresentableInputError('a BigInt has no JSON representation');
       case 'object':
         break;
       default:
-        return true;
+        length += 5;
+        return value;
     }
-    if (value === null) return true;
+    if (value === null) {
+      length += 4;
+      return value;
+    }
     if (depth > MAX_FINGERPRINT_DEPTH) {
       throw new UnrepresentableInputError(`it is nested deeper than ${MAX_FINGERPRINT_DEPTH} levels of arrays and objects`);
     }
+    if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return NOT_PLAIN;
+    const start = length;
+    const orderedBefore = ordered;
+    let result: unknown;
     if (Array.isArray(value)) {
-      if (Object.getPrototypeOf(value) !== Array.prototype) return false;
-      for (const item of value) if (!walk(item, depth + 1)) return false;
-      return true;
-    }
-    const prototype = Object.getPrototypeOf(value);
-    if ((prototype !== Object.prototype && prototype !== null) || typeof (value as { toJSON?: unknown }).toJSON === 'function')
-      return false;
-    objects++;
-    const object = value as Record<string, unknown>;
-    let previous: string | undefined;
-    for (const key of Object.keys(object)) {
-      if (key === '__proto__') return false;
-      // Compared as JavaScript compares strings: by UTF-16 code units, the canonical order.
-      if (previous !== undefined && previous >= key) sorted = false;
-      previous = key;
-      if (!found.has(key)) {
-        if (!(key as string & { isWellFormed(): boolean }).isWellFormed()) throw new UnrepresentableInputError(LONE_SURROGATE);
-        found.add(key);
+      if (Object.getPrototypeOf(value) !== Array.prototype) return NOT_PLAIN;
+      let copy: unknown[] | undefined;
+      for (let i = 0; i < value.length; i++) {
+        const item: unknown = value[i];
+        const canonical = walk(item, depth + 1);
+        if (canonical === NOT_PLAIN) return NOT_PLAIN;
+        if (copy) copy.push(canonical);
+        else if (canonical !== item) {
+          copy = value.slice(0, i);
+          copy.push(canonical);
+        }
       }
-      if (!walk(object[key], depth + 1)) return false;
+      length += value.length + 2;
+      result = copy ?? value;
+    } else {
+      const prototype = Object.getPrototypeOf(value);
+      if (prototype !== Object.prototype && prototype !== null) return NOT_PLAIN;
+      const object = value as Record<string, unknown>;
+      const keys = Object.keys(object);
+      let order = orders?.[depth];
+      if (!order || !sameKeys(order.keys, keys)) (orders ??= [])[depth] = order = keyOrder(keys);
+      const { sorted, inOrder, copyable } = order;
+      // Fresh objects for keys out of order; for keys in order, only once a member changed.
+      let fresh: Record<string, unknown> | undefined = !inOrder && copyable ? {} : undefined;
+      let values: unknown[] | undefined = !inOrder && !copyable ? [] : undefined;
+      for (let i = 0; i < sorted.length; i++) {
+        const key = sorted[i];
+        const member = object[key];
+        const canonical = walk(member, depth + 1);
+        if (canonical === NOT_PLAIN) return NOT_PLAIN;
+        if (fresh) fresh[key] = canonical;
+        else if (values) values.push(canonical);
+        else if (canonical !== member) {
+          // Keys in order, a member changed: copy what came before it.
+          if (copyable) {
+            fresh = {};
+            for (let j = 0; j < i; j++) fresh[sorted[j]] = object[sorted[j]];
+            fresh[key] = canonical;
+          } else {
+            values = sorted.slice(0, i).map((earlier) => object[earlier]);
+            values.push(canonical);
+          }
+        }
+        length += key.length + 4;
+      }
+      length += 2;
+      if (values) {
+        result = new OrderedMembers(sorted, values);
+        ordered++;
+      } else result = fresh ?? object;
     }
-    return true;
+    if (length - start >= PIECE_CHARS || ordered !== orderedBefore) (byHand ??= new Map()).set(result as object, length - start);
+    return result;
   };
-  if (!walk(root, 1)) return undefined;
-  if (sorted) return 'sorted';
-  return objects * found.size <= MAX_KEY_LOOKUPS ? [...found] : undefined;
+  const value = walk(root, 1);
+  return value === NOT_PLAIN ? undefined : { value, byHand: byHand ?? NONE_BY_HAND };
+}
+
+function sameKeys(a: readonly string[], b: readonly string[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/** What `prepare` gives: the value to serialize, and the containers to write by hand. */
+interface Prepared {
+  value: unknown;
+  byHand: ByHand;
+}
+
+/** Containers `emit` writes itself, each with its estimated length of text. */
+type ByHand = ReadonlyMap<object, number>;
+const NONE_BY_HAND: ByHand = new Map();
+
+/** Integer-like keys (a superset of array indices, which every object enumerates first, in numeric order). */
+const INTEGER_LIKE = /^(?:0|[1-9][0-9]*)$/;
+
+function keyOrder(keys: string[]): KeyOrder {
+  let inOrder = true;
+  for (let i = 0; i < keys.length; i++) {
+    const key = keys[i];
+    if (!(key as string & { isWellFormed(): boolean }).isWellFormed()) throw new UnrepresentableInputError(LONE_SURROGATE);
+    // Compared as JavaScript compares strings: by UTF-16 code units, the canonical order.
+    if (i > 0 && keys[i - 1] >= key) inOrder = false;
+  }
+  const sorted = inOrder ? keys : [...keys].sort();
+  // Keys already in order enumerate in that order in a fresh object too (integer-like ones come first either way).
+  const copyable = !keys.includes('__proto__') && (inOrder || enumeratesAsSorted(sorted));
+  return { keys, sorted, inOrder, copyable };
+}
+
+/**
+ * Whether a fresh object given `sorted` in that order enumerates them so:
+ * it lists array-index keys first, in numeric order, then the others as
+ * assigned. True when every integer-like key comes before the others and
+ * they ascend numerically (integer-like is broader than array index, so
+ * this errs only towards writing an object key by key).
+ */
+function enumeratesAsSorted(sorted: readonly string[]): boolean {
+  let named = false;
+  let previous = -1;
+  for (const key of sorted) {
+    if (INTEGER_LIKE.test(key)) {
+      const index = Number(key);
+      if (named || index <= previous) return false;
+      previous = index;
+    } else named = true;
+  }
+  return true;
+}
+
+function isByHand(value: unknown, byHand: ByHand): boolean {
+  return value instanceof OrderedMembers || (typeof value === 'object' && value !== null && byHand.has(value));
+}
+
+/**
+ * Writes a prepared value (see `prepare`) to `out`: what `JSON.stringify`
+ * can write in one piece through it, the rest here. False when the value
+ * has no JSON form (undefined, a function, a symbol), as `JSON.stringify`
+ * answers undefined.
+ */
+function emit(value: unknown, byHand: ByHand, out: (piece: string) => void): boolean {
+  if (!isByHand(value, byHand)) {
+    const text = JSON.stringify(value) as string | undefined;
+    if (text === undefined) return false;
+    out(text);
+    return true;
+  }
+  if (value instanceof OrderedMembers) {
+    emitMembers(value.keys, value.values, byHand, out);
+  } else if (Array.isArray(value)) {
+    emitItems(value, byHand.get(value) ?? 0, byHand, out);
+  } else {
+    const object = value as Record<string, unknown>;
+    const keys = Object.keys(object);
+    emitMembers(
+      keys,
+      keys.map((key) => object[key]),
+      byHand,
+      out,
+    );
+  }
+  return true;
+}
+
+function emitMembers(keys: readonly string[], values: readonly unknown[], byHand: ByHand, out: (piece: string) => void): void {
+  out('{');
+  let first = true;
+  for (let i = 0; i < keys.length; i++) {
+    const value = values[i];
+    // Left out, as JSON.stringify leaves out members with no JSON form.
+    if (value === undefined || typeof value === 'function' || typeof value === 'symbol') continue;
+    out(`${first ? '' : ','}${quote(keys[i])}:`);
+    emit(value, byHand, out);
+    first = false;
+  }
+  out('}');
+}
+
+/** A large array's items, in runs of about `PIECE_CHARS` serialized at once (one `JSON.stringify` of a slice). */
+function emitItems(items: readonly unknown[], length: number, byHand: ByHand, out: (piece: string) => void): void {
+  out('[');
+  const run = Math.max(1, Math.floor((PIECE_CHARS * items.length) / Math.max(length, 1)));
+  let i = 0;
+  while (i < items.length) {
+    if (i > 0) out(',');
+    if (isByHand(items[i], byHand)) {
+      emit(items[i], byHand, out);
+      i++;
+      continue;
+    }
+    let end = i + 1;
+    while (end < items.length && end - i < run && !isByHand(items[end], byHand)) end++;
+    // A slice's text less its brackets; an item with no JSON form is null in an array, as JSON.stringify writes it.
+    out(
+      end - i === 1
+        ? ((JSON.stringify(items[i]) as string | undefined) ?? 'null')
+        : JSON.stringify(items.slice(i, end)).slice(1, -1),
+    );
+    i = end;
+  }
+  out(']');
 }
 
 const LONE_SURROGATE = 'a string holds a lone surrogate (half of a UTF-16 pair)';

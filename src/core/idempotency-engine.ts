@@ -42,7 +42,7 @@ export class IdempotencyEngine<Tx> {
   private readonly isUnavailable = (error: unknown) => this.store.isUnavailableError(error);
 
   /**
-   * @param answers the answers this process completed, to replay from memory;
+   * @param answers the answers this process completed or replayed, to replay from memory;
    *   without it every replay asks the store
    */
   constructor(
@@ -168,6 +168,7 @@ export class IdempotencyEngine<Tx> {
   ): Promise<{ kind: 'replayed'; response: StoredResponse } | Claimed<Tx>> {
     for (let pause = 20; ; pause = Math.min(pause * 2, MAX_WAIT_PAUSE_MS)) {
       const request = this.request(work);
+      const sentAt = performance.now();
       const begun = await observedClaim(this.observer, this.isUnavailable, work, (): Promise<BeginResult<Tx>> =>
         opensTransaction
           ? this.store.begin
@@ -178,6 +179,16 @@ export class IdempotencyEngine<Tx> {
       const { claim } = begun;
       switch (claim.state) {
         case 'completed':
+          // Remembered as a completion is, for no longer than the store says the record lives.
+          if (work.replayFromMemory && claim.recordExpiresInSeconds !== undefined)
+            this.answers?.remember(
+              work.tenant,
+              work.key,
+              work.fingerprint,
+              claim.response,
+              claim.recordExpiresInSeconds * 1000,
+              sentAt,
+            );
           return { kind: 'replayed', response: claim.response };
         case 'mismatch':
           throw new FingerprintMismatchError();

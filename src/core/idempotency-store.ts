@@ -40,7 +40,12 @@ export type ClaimResult =
    */
   | { state: 'claimed'; attempt: number; generation: string; phases: PhaseState }
   | { state: 'in-flight'; retryAfterSeconds: number }
-  | { state: 'completed'; response: StoredResponse }
+  /**
+   * `recordExpiresInSeconds`: how long the stored record has left, whole
+   * seconds by the database's clock, when the store can tell (a replay may
+   * be remembered no longer).
+   */
+  | { state: 'completed'; response: StoredResponse; recordExpiresInSeconds?: number }
   | { state: 'mismatch' };
 
 /** How an attempt claims its key: committed alone before the work's transaction, or as that transaction's first statement. */

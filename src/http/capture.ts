@@ -1,5 +1,6 @@
 import type { CaptureSettings, ResponseCapture } from './response-capture.js';
-import { FastifyReplyCapture, hasCaptureHook, isFastifyReply } from './fastify-capture.js';
+import { FastifyReplyCapture, hasCaptureHook } from './fastify-capture.js';
+import { isFastifyReply } from './fastify-reply.js';
 import { serverResponse } from './request-identity.js';
 import { WireCapture } from './wire-capture.js';
 

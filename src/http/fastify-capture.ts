@@ -1,4 +1,3 @@
-import type { ServerResponse } from 'node:http';
 import { Injectable, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { StoredResponse } from '../core/idempotency-store.js';
@@ -15,18 +14,7 @@ import {
 } from './response-capture.js';
 import { ResponseTooLargeError, UnreplayableResponseError } from './unreplayable.js';
 import { WireCapture } from './wire-capture.js';
-
-/** The parts of a Fastify reply the capture uses, typed here so that Express apps never load Fastify's types. */
-export interface FastifyReplyLike {
-  raw: ServerResponse;
-  readonly server: object;
-  readonly statusCode: number;
-  send(payload?: unknown): unknown;
-  code(status: number): unknown;
-  header(name: string, value: unknown): unknown;
-  removeHeader(name: string): unknown;
-  getHeaders(): Record<string, unknown>;
-}
+import type { FastifyReplyLike } from './fastify-reply.js';
 
 type OnSendDone = (error: Error | null, payload?: unknown) => void;
 
@@ -34,19 +22,6 @@ type OnSendDone = (error: Error | null, payload?: unknown) => void;
 const captures = new WeakMap<object, FastifyReplyCapture>();
 /** Fastify instances the hook was added to; their child instances inherit it (and have them as prototypes). */
 const hooked = new WeakSet<object>();
-
-/** Whether `response` is a Fastify reply (Nest hands interceptors the reply, not Node's response). */
-export function isFastifyReply(response: unknown): response is FastifyReplyLike {
-  const reply = response as Partial<FastifyReplyLike> | null;
-  return (
-    typeof reply === 'object' &&
-    reply !== null &&
-    typeof reply.raw?.setHeader === 'function' &&
-    typeof reply.send === 'function' &&
-    typeof reply.getHeaders === 'function' &&
-    typeof reply.server === 'object'
-  );
-}
 
 /** Whether the replies of `reply`'s Fastify instance go through the capture hook. */
 export function hasCaptureHook(reply: FastifyReplyLike): boolean {

@@ -183,7 +183,10 @@ export class WireCapture implements ResponseCapture {
     const chunks = [...this.writes, ...(this.endCall ? [this.endCall] : [])]
       .map((call) => toBuffer(call[0], call[1]))
       .filter((chunk): chunk is Buffer => chunk !== undefined);
-    const body = chunks.length === 0 ? null : Buffer.concat(chunks);
+    // One chunk (Express's `send` makes one Buffer of the whole body) is kept as it is, as the Fastify capture keeps
+    // a Buffer payload: a copy of a 1 MiB body costs a fresh 1 MiB allocation, and Node itself holds on to the same
+    // bytes until they are written.
+    const body = chunks.length === 0 ? null : chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
     return {
       status,
       headers: storedPairs(all.values(), withLength(this.stored)),

@@ -1,5 +1,6 @@
 import { sqlMarker } from './redacting-logger.js';
 import { quoteTableName } from './identifiers.js';
+import { dialectParts, type FunctionDialect } from './function-dialect.js';
 
 /**
  * The key store's statements, one per cell group of the state table:
@@ -15,17 +16,13 @@ import { quoteTableName } from './identifiers.js';
  * whose lease runs is never absent, whatever its TTL. Every comparison uses
  * the database clock. `claim` answers the whole table in one atomic
  * statement, committed on its own (at READ COMMITTED, whatever the server's
- * default: see the store); `complete` and `recordPhase` are fenced by the
- * owner token inside the work's transaction; `release` gives a claim back
- * without losing a takeover's history; `sweepBatch` deletes expired rows,
- * never one whose lease is valid.
+ * default: see the store); `complete` is fenced by the owner token inside
+ * the work's transaction. What no new key sends (the heartbeat, phases,
+ * releases, the sweeper's batches) is in key-upkeep.sql.ts.
  *
  * Parameters: claim ($1 tenant, $2 key, $3 fingerprint, $4 owner token,
- * $5 lease ms, $6 ttl ms, $7 lock timeout ms or null); renewLease ($1-$3, $4 lease ms); complete ($1-$3 tenant, key, owner token, $4 status,
- * $5 headers, $6 body, $7 ttl ms); recordPhase ($1-$3, $4 recovery point,
- * $5 results, $6 lease ms); release ($1-$3); sweepBatch ($1 batch size, $2 the
- * `last` expiry of the run's previous batch, `'-infinity'` for the first);
- * countExpired ($1 limit).
+ * $5 lease ms, $6 ttl ms, $7 lock timeout ms or null); complete ($1-$3
+ * tenant, key, owner token, $4 status, $5 headers, $6 body, $7 ttl ms).
  *
  * @param t the table name, already quoted (`quoteTableName`)
  * @param tableName the same, as given (it seeds the key's lock: see `keyLock`)
@@ -49,84 +46,6 @@ export function keyStoreStatements(t: string, tableName: string) {
     claimInTransaction: `${sqlMarker('claim')} SELECT * FROM ${fn(t, 'claim_in_transaction')}($1, $2, $3, $4::uuid, $5, $6, $7)`,
     // The completion of a claim_in_transaction claim: $1-$4 tenant, key, fingerprint, owner token, $5-$8 as complete's $4-$7.
     completeInTransaction: `${sqlMarker('complete')} SELECT ${fn(t, 'complete_in_transaction')}($1, $2, $3, $4::uuid, $5, $6::jsonb, $7, $8) AS completed`,
-    // The heartbeat of a long handler: fenced like the completion.
-    renewLease: `${sqlMarker('renew-lease')}
-      UPDATE ${t} SET lease_expires_at = clock_timestamp() + interval '1 millisecond' * $4::float8
-       WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'`,
-    // Fenced like the completion; also renews the lease, so a handler that keeps
-    // making progress keeps its key. Both run inside the work's transaction,
-    // whose now() is when it began: the clock counts from the write instead.
-    // (Still the database's clock: every lease and TTL comparison uses it.)
-    recordPhase: `${sqlMarker('record-phase')}
-      UPDATE ${t}
-         SET recovery_point = $4, phase_results = $5,
-             lease_expires_at = clock_timestamp() + interval '1 millisecond' * $6::float8
-       WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'`,
-    // Gives a claim back. A fresh claim (its first attempt, no phase recorded) has nothing to keep: its row goes, and
-    // a retry runs at once, even with another body. A takeover's row carries the key's history (the generation its
-    // predecessors' downstream calls used, their attempts, their recovery points): it stays, with its lease ended
-    // and a new owner token (fencing the attempt), so the next retry takes it over at once and resumes it.
-    release: `${sqlMarker('release')}
-      WITH gone AS (
-        DELETE FROM ${t}
-         WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'
-           AND attempt = 1 AND recovery_point IS NULL
-        RETURNING 1
-      ), ended AS (
-        UPDATE ${t} SET lease_expires_at = now(), owner_token = gen_random_uuid()
-         WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'
-           AND NOT (attempt = 1 AND recovery_point IS NULL)
-        RETURNING 1
-      )
-      SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM ended) AS released`,
-    // A claim deleted whatever it carries: a poison message dead-lettered (a redrive is a new use of its key).
-    forget: `${sqlMarker('release')}
-      DELETE FROM ${t} WHERE tenant_id = $1 AND key = $2 AND owner_token = $3 AND status = 'in_flight'`,
-    // An operator's release (the board): the attempt holding owner token $2 loses its lease now and is fenced
-    // by a new token, as by a takeover, so the next claim takes the key over (its attempt counted) and the
-    // attempt, if it still runs, loses its heartbeat and its completion. Answers the key.
-    endLease: `${sqlMarker('end-lease')}
-      UPDATE ${t} SET lease_expires_at = now(), owner_token = gen_random_uuid()
-       WHERE tenant_id = $1 AND owner_token = $2::uuid AND status = 'in_flight'
-       RETURNING key`,
-    // Finds expired rows along the expiry_floor index (no row expires before
-    // its floor: see EXPIRY_FLOOR_SLACK) and deletes those past their exact
-    // expiry, never one whose lease is valid: the rows an index on expires_at
-    // would give, without an index the completion has to update. Locks the
-    // batch with SKIP LOCKED so a claim racing on one of these keys is never
-    // waited on, and re-checks expiry on the locked row version.
-    // Each batch starts along the index where the previous one ended ($2,
-    // the latest floor it deleted, as ISO 8601 text in UTC: exact to the
-    // microsecond, whatever the session's DateStyle): the entries of the rows
-    // already deleted stay in the index until VACUUM, and a scan from the
-    // start would walk all of them again, every batch (a sweep of millions of
-    // rows slowing as it went). What a batch skipped (a valid lease, a row
-    // locked by a claim, a row whose handler finished after its floor passed)
-    // waits for the next run, which starts from the beginning.
-    sweepBatch: `${sqlMarker('sweep-batch')}
-      WITH doomed AS (
-        SELECT tenant_id, key FROM ${t}
-         WHERE expiry_floor <= now() AND expiry_floor >= $2::timestamptz
-           AND expires_at <= now() AND NOT (status = 'in_flight' AND lease_expires_at > now())
-         ORDER BY expiry_floor
-         LIMIT $1
-         FOR UPDATE SKIP LOCKED
-      ), gone AS (
-        DELETE FROM ${t} AS k USING doomed
-         WHERE k.tenant_id = doomed.tenant_id AND k.key = doomed.key
-           AND k.expires_at <= now() AND NOT (k.status = 'in_flight' AND k.lease_expires_at > now())
-        RETURNING k.expiry_floor
-      )
-      SELECT count(*)::integer AS deleted,
-             to_char(max(expiry_floor) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS last
-        FROM gone`,
-    // The sweeper's backlog for health checks: the rows sweepBatch would delete, counted up to $1 along
-    // the expiry_floor index, so a huge backlog costs no more than the limit.
-    countExpired: `${sqlMarker('count-expired')}
-      SELECT count(*)::integer AS expired FROM (
-        SELECT 1 FROM ${t}
-         WHERE expiry_floor <= now() AND expires_at <= now() AND NOT (status = 'in_flight' AND lease_expires_at > now())
-         LIMIT $1) AS backlog`,
   } as const;
 }
 
@@ -158,61 +77,6 @@ export function keyStoreFunctionNames(tableName: string): string[] {
 export const FENCE_LOST_SQLSTATE = 'NI409';
 
 /**
- * Where the key table's functions run. `'postgres'` (the default): one server, the texts as they always were.
- * `'citus'`: the table is distributed by tenant and the functions are delegated to the worker holding the
- * tenant's shard (`create_distributed_function`, see src/store/citus/). There Citus still plans each statement
- * of the function against the distributed table and refuses a STABLE function (`now()`) in `ON CONFLICT DO
- * UPDATE` ("must be marked IMMUTABLE") and a VOLATILE one (`clock_timestamp()`, `gen_random_uuid()`) in an
- * `UPDATE` ("must not be VOLATILE"); so the Citus texts read the clocks once into variables and use those.
- * `now()` is the transaction's start whichever way it is read, so `v_now` is the same value; `v_clock` is read
- * at the function's start instead of during its statement (microseconds earlier).
- */
-export type FunctionDialect = 'postgres' | 'citus';
-
-/** SQLSTATE a delegated key function raises when it runs on a node that does not hold the tenant's shard (Citus). */
-export const NOT_DELEGATED_SQLSTATE = 'NI503';
-
-/**
- * A plpgsql guard for the Citus dialect: the tenant's shard of the key table is on this node (Citus's metadata
- * cache, no table scan). Citus runs a distributed function on the node that received the call, silently,
- * whenever it cannot delegate it (an argument that is not a constant or a parameter, "arguments in a
- * distributed function must be constant expressions" at DEBUG1): the key's lock would then be taken on that
- * node instead of the shard's, and the claims of one key would no longer exclude each other.
- */
-export function delegatedGuard(tableName: string): string {
-  const literal = `'${quoteTableName(tableName).replace(/'/g, "''")}'`;
-  return `IF NOT EXISTS (SELECT 1 FROM pg_dist_placement p
-                         WHERE p.shardid = get_shard_id_for_distribution_column(${literal}::regclass, p_tenant)
-                           AND p.groupid = (SELECT groupid FROM pg_dist_local_group)) THEN
-         RAISE EXCEPTION 'a key function of % ran on a node without the tenant''s shard (the call was not delegated)', ${literal}
-           USING ERRCODE = '${NOT_DELEGATED_SQLSTATE}',
-                 HINT = 'create_distributed_function(..., ''p_tenant'', colocate_with => ..., force_delegation => true), and call it with constant or parameter arguments';
-       END IF;`;
-}
-
-/**
- * What a key function's text differs by between the dialects: the clock expressions its DML statements use,
- * the variables the Citus texts declare, and the Citus texts' delegation guard (first statement of the body).
- */
-export function dialectParts(
-  dialect: FunctionDialect,
-  tableName: string,
-): { now: string; clock: string; declare: string; guard: string; attributes: string } {
-  return dialect === 'citus'
-    ? {
-        // A delegated function runs on the worker's connection, whose search_path is the worker's default, not the
-        // app's: an unqualified table name there reached public.idempotency_keys instead of the app's schema's table.
-        // The function keeps the search_path it was created with (the app's: run the distribution with it).
-        attributes: ' SET search_path FROM CURRENT',
-        now: 'v_now',
-        clock: 'v_clock',
-        declare: 'v_now timestamptz := now();\n       v_clock timestamptz := clock_timestamp();',
-        guard: `${delegatedGuard(tableName)}\n       `,
-      }
-    : { now: 'now()', clock: 'clock_timestamp()', declare: '', guard: '', attributes: '' };
-}
-
-/**
  * The functions the claim and the completion call, created by the key
  * table's migration after the table. PL/pgSQL caches the plans of its
  * statements per connection, so a call costs a short parse and the plan is
@@ -227,6 +91,10 @@ export function dialectParts(
  * that changed between the read and the write (a concurrent claim committed
  * meanwhile) is read again, up to three times; every statement of a
  * PL/pgSQL function sees rows committed before it started.
+ *
+ * On one server the dialect's parts (function-dialect.ts) are `now()` and
+ * `clock_timestamp()`, with nothing declared and no guard; the Citus texts
+ * read the clocks into variables and check where they run.
  *
  * @param tableName the key table, possibly schema-qualified
  */
@@ -302,7 +170,9 @@ function claimFunction(tableName: string, dialect: FunctionDialect = 'postgres')
                NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
              RETURN;
            ELSIF r.expires_at > now() AND r.status = 'completed' THEN
-             RETURN QUERY SELECT 'completed'::text, r.attempt, NULL::text, NULL::integer,
+             -- retry_after carries the seconds the record has left, by this clock: how long a replay may be remembered.
+             RETURN QUERY SELECT 'completed'::text, r.attempt, NULL::text,
+               least(floor(extract(epoch FROM (r.expires_at - now()))), 2147483647)::integer,
                r.response_status, r.response_headers, r.response_body, NULL::text, NULL::text;
              RETURN;
            END IF;

@@ -1,5 +1,5 @@
 import { quoteTableName } from '../identifiers.js';
-import { NOT_DELEGATED_SQLSTATE } from '../key-store.sql.js';
+import { NOT_DELEGATED_SQLSTATE } from '../function-dialect.js';
 import { citusFunctionSignatures } from './citus.sql.js';
 
 /**

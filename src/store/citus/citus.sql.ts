@@ -1,8 +1,9 @@
 import { quoteTableName } from '../identifiers.js';
-import { delegatedGuard, keyLock, keyStoreFunction, keyStoreFunctions } from '../key-store.sql.js';
+import { delegatedGuard } from '../function-dialect.js';
+import { keyLock, keyStoreFunction, keyStoreFunctions } from '../key-store.sql.js';
 import { createTableStatements, responseBodyStorage } from '../sql.js';
 
-export { delegatedGuard, NOT_DELEGATED_SQLSTATE } from '../key-store.sql.js';
+export { delegatedGuard, NOT_DELEGATED_SQLSTATE } from '../function-dialect.js';
 import { sqlMarker } from '../redacting-logger.js';
 
 /**

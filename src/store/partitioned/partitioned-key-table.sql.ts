@@ -225,7 +225,9 @@ function partitionedClaimFunction(tableName: string): string {
                NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
              RETURN;
            ELSIF r.expires_at > now() AND r.status = 'completed' THEN
-             RETURN QUERY SELECT 'completed'::text, r.attempt, NULL::text, NULL::integer,
+             -- retry_after carries the seconds the record has left, by this clock: how long a replay may be remembered.
+             RETURN QUERY SELECT 'completed'::text, r.attempt, NULL::text,
+               least(floor(extract(epoch FROM (r.expires_at - now()))), 2147483647)::integer,
                r.response_status, r.response_headers, r.response_body, NULL::text, NULL::text;
              RETURN;
            END IF;

@@ -1,6 +1,7 @@
 import type { EntityManager, QueryRunner } from 'typeorm';
 import type { ClaimRequest, OpenAttempt } from '../../core/idempotency-store.js';
 import type { ClaimRouting } from './claim-routing.js';
+import type { DeferredBegin } from './deferred-begin.js';
 import type { PipelinedResult, PipelinedStatement } from './pipelined.js';
 import { exchange, type PgClient, type Pools } from './pools.js';
 import { isFenceLost, type KeyStatements } from './statements.js';
@@ -57,6 +58,8 @@ export interface AttemptShape {
   writesRow?: boolean;
   /** The transaction holds the key's lock (see `KeyStatements.holdKeyLock`): its lease needs no renewal. */
   holdsKeyLock?: boolean;
+  /** The transaction's BEGIN waits for the work's first statement; the completion's message takes it when none came. */
+  deferredBegin?: DeferredBegin;
 }
 
 /** Why a connection is dropped rather than lent again: it may still hold the key's lock (see `ClaimKeeper`). */
@@ -104,13 +107,19 @@ export function openAttempt(
       let answers: PipelinedResult[] | undefined;
       try {
         await withTransactionStatementReplaced(runner, 'COMMIT', async (client) => {
+          const begin = how.deferredBegin?.take();
           const failed = await keeper?.endOfFailedTransaction?.(client);
-          answers = await exchange(
+          const completed = await exchange(
             client,
-            [statements.completion(request, response, ttlMs, writesRow), ...(failed ?? [{ text: 'COMMIT' }])],
+            [
+              ...(begin ? [begin] : []),
+              statements.completion(request, response, ttlMs, writesRow),
+              ...(failed ?? [{ text: 'COMMIT' }]),
+            ],
             pools.main,
             runner,
           );
+          answers = begin ? completed.slice(1) : completed;
           const [completion] = answers;
           const last = answers[answers.length - 1];
           rolledBack = !completion.ok && last.ok;
@@ -152,7 +161,10 @@ export function openAttempt(
         if (keeper) drop = await keeper.rollback(runner);
         else if (runner.isTransactionActive) await runner.rollbackTransaction();
       } catch (error) {
-        if (isUnavailableError(error)) throw error;
+        if (isUnavailableError(error)) {
+          if (how.deferredBegin && !how.deferredBegin.opened) await endLease(parts, request);
+          throw error;
+        }
         // Whatever else the connection holds of the key cannot be known now: it goes rather than back to the pool.
         if (keeper) drop = MAY_HOLD_KEY;
       } finally {
@@ -178,6 +190,18 @@ export function openAttempt(
       await end(Object.assign(new Error('The attempt held its key past maxHold and was ended.'), { code: ADMIN_SHUTDOWN }));
     },
   };
+}
+
+/**
+ * The connection died before the work's deferred BEGIN opened its transaction:
+ * nothing of the work committed, but the work had started and may have used
+ * its claim's generation (in a downstream key), so the claim is not deleted.
+ * Its lease ends now, fenced, and the row keeps the key's history: a retry
+ * takes it over at once, with the same generation.
+ */
+async function endLease(parts: AttemptParts, request: ClaimRequest): Promise<void> {
+  const statement = { text: parts.statements.sql.endLease, values: [request.tenant, request.ownerToken] };
+  await parts.pools.run(statement, { write: true }).catch(() => undefined);
 }
 
 /**

@@ -3,7 +3,8 @@ import type { EntityManager, QueryRunner } from 'typeorm';
 import type { BeginResult, ClaimMode, ClaimRequest } from '../../core/idempotency-store.js';
 import { endAndRelease, openAttempt, type AttemptParts } from './attempt.js';
 import type { PipelinedResult } from './pipelined.js';
-import { exchange } from './pools.js';
+import { DeferredBegin } from './deferred-begin.js';
+import { exchange, type PgClient } from './pools.js';
 import type { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
 import { RequestTransactionBegin } from './request-transaction.js';
 import { BEGIN_READ_COMMITTED, claimResult, lockTaken, type ClaimRow } from './statements.js';
@@ -31,7 +32,7 @@ export class ClaimAndBegin {
 
   /** See `PostgresIdempotencyStore.begin`. */
   begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs: number): Promise<BeginResult<EntityManager>> {
-    return mode === 'request-transaction' ? this.requestTransaction.begin(request, lockTimeoutMs) : this.beginSeparate(request);
+    return mode === 'request-transaction' ? this.requestTransaction.begin(request, lockTimeoutMs) : this.beginOnce(request);
   }
 
   /**
@@ -54,8 +55,10 @@ export class ClaimAndBegin {
     return this.readCommitted;
   }
 
-  private async beginSeparate(request: ClaimRequest): Promise<BeginResult<EntityManager>> {
+  /** A separate claim: see `beginSeparate` (READ COMMITTED work), else the claim and the BEGIN with the key's lock. */
+  private async beginOnce(request: ClaimRequest): Promise<BeginResult<EntityManager>> {
     const { pools, statements, routing } = this.parts;
+    if (await this.businessReadCommitted()) return this.beginSeparate(request);
     if (routing.claimPoolFirst()) return this.beginAfterClaimPool(request);
     const holdsKeyLock = !(await this.businessReadCommitted());
     const runner = pools.main.createQueryRunner();
@@ -97,6 +100,78 @@ export class ClaimAndBegin {
   }
 
   /**
+   * A separate claim whose work runs at READ COMMITTED: `BEGIN ISOLATION
+   * LEVEL READ COMMITTED`, the claim and `COMMIT` in one round trip on the
+   * connection the work then uses, and no transaction opened by it. The
+   * work's own BEGIN goes out with its first statement (see DeferredBegin), so
+   * a new key still costs three round trips, and a replay, a 409 or a 422 one,
+   * with nothing to roll back. When the main pool has no room the claim goes
+   * to the claim pool instead, so those never queue behind business
+   * transactions (see claim-routing.ts).
+   */
+  private async beginSeparate(request: ClaimRequest): Promise<BeginResult<EntityManager>> {
+    const { pools, statements, routing } = this.parts;
+    if (!routing.mainPoolHasRoom()) return this.beginAfterClaimPool(request);
+    const runner = pools.main.createQueryRunner();
+    let claimed: PipelinedResult;
+    let committed: PipelinedResult;
+    let client: PgClient;
+    try {
+      client = (await runner.connect()) as PgClient;
+      const sent = [{ text: BEGIN_READ_COMMITTED }, statements.claim(request, 'claim', null), { text: 'COMMIT' }];
+      [, claimed, committed] = await exchange(client, sent, pools.main, runner);
+      // The connection is gone: whether the claim committed is unknown.
+      const lost = [claimed, committed].find((result) => !result.ok && isUnavailableError(result.error));
+      if (lost) throw (lost as { error: unknown }).error;
+    } catch (error) {
+      await endAndRelease(runner, error);
+      // Give the claim back if the store still answers, so a retry need not wait out the lease.
+      await this.store.release(request).catch(() => false);
+      throw error;
+    }
+    if (!claimed.ok || !committed.ok) {
+      // The COMMIT answered ROLLBACK: nothing committed, and the connection is idle again.
+      await runner.release();
+      throw claimed.ok ? (committed as { error: unknown }).error : claimed.error;
+    }
+    const claim = claimResult(claimed.rows[0] as ClaimRow | undefined, request);
+    if (claim.state !== 'claimed') {
+      // No transaction was opened: nothing to roll back.
+      await runner.release();
+      return { claim };
+    }
+    let deferred: DeferredBegin | undefined;
+    try {
+      deferred = await this.deferBegin(runner, client);
+    } catch (error) {
+      await endAndRelease(runner, error);
+      await this.store.release(request).catch(() => false);
+      throw error;
+    }
+    return { claim, attempt: openAttempt(this.parts, runner, request, { deferredBegin: deferred }) };
+  }
+
+  /**
+   * TypeORM's `startTransaction()` on `runner` (the app's subscribers see the
+   * transaction start), its START TRANSACTION deferred to the work's first
+   * statement. On a client the BEGIN cannot be written ahead of a statement
+   * on (not node-postgres's JavaScript client), it is sent and awaited.
+   */
+  private async deferBegin(runner: QueryRunner, held?: PgClient): Promise<DeferredBegin | undefined> {
+    const client = held ?? ((await runner.connect()) as PgClient);
+    if (!DeferredBegin.canDefer(client)) {
+      await runner.startTransaction();
+      return undefined;
+    }
+    let deferred: DeferredBegin | undefined;
+    await withTransactionStatementReplaced(runner, 'START TRANSACTION', async (_client, statement) => {
+      deferred = DeferredBegin.arm(runner, client, statement, this.parts.pools.main);
+    });
+    deferred?.watchRunner();
+    return deferred;
+  }
+
+  /**
    * A separate claim on the claim pool, then the work's BEGIN once the main
    * pool lends a connection. That wait has no heartbeat: when it outlasted a
    * third of the lease, the lease is renewed, fenced, before the work starts
@@ -112,9 +187,11 @@ export class ClaimAndBegin {
     const runner = pools.main.createQueryRunner();
     let stillOurs = true;
     let holdsKeyLock: boolean;
+    let deferred: DeferredBegin | undefined;
     try {
       holdsKeyLock = !(await this.businessReadCommitted());
-      await runner.startTransaction();
+      if (holdsKeyLock) await runner.startTransaction();
+      else deferred = await this.deferBegin(runner);
       if (performance.now() - claimedAt > request.leaseMs / 3) stillOurs = await this.store.renewLease(request, request.leaseMs);
       if (stillOurs && holdsKeyLock) {
         const { rows } = await pools.run(statements.holdKeyLock(request), { tx: runner.manager });
@@ -130,7 +207,7 @@ export class ClaimAndBegin {
       void endAndRelease(runner);
       return { claim: { state: 'in-flight', retryAfterSeconds: Math.max(1, Math.ceil(request.leaseMs / 1000)) } };
     }
-    return { claim, attempt: openAttempt(this.parts, runner, request, { holdsKeyLock }) };
+    return { claim, attempt: openAttempt(this.parts, runner, request, { holdsKeyLock, deferredBegin: deferred }) };
   }
 
   /** The claim is this attempt's, but its transaction could not hold the key's lock: give it back, run nothing. */

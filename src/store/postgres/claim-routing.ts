@@ -17,19 +17,26 @@ interface PgPool {
 }
 
 /**
- * Where a separate claim goes: into one message with the work's BEGIN on the
- * main pool (a round trip fewer), or first on the claim pool, so that replays
- * and 409s never queue behind business transactions. It decides from how
- * busy the main pool is, how long its transactions hold a connection, and
- * how many recent claims were answered without claiming.
+ * Where a separate claim goes: on the main pool's connection the work then
+ * uses (a pool checkout fewer; where the work runs under REPEATABLE READ or
+ * SERIALIZABLE, a round trip fewer, its BEGIN in the claim's message), or
+ * first on the claim pool, so that replays and 409s never queue behind
+ * business transactions. It decides from how busy the main pool is and how
+ * long its transactions hold a connection, and for the claim that opens the
+ * work's transaction in its message, from how many recent claims were
+ * answered without claiming.
  */
 export class ClaimRouting {
   /**
    * The share of recent separate claims answered without a claim (replays,
-   * 409s, 422s), a moving average. For those the claim's message opened a
-   * business transaction for nothing, rolled back after the answer: while
-   * they are most of the traffic (a retry storm, a replaying client), claims
-   * go to the claim pool first, one round trip each and no transaction.
+   * 409s, 422s), a moving average. Where the work runs under REPEATABLE READ
+   * or SERIALIZABLE, the claim's message opens the work's transaction and
+   * takes the key's lock in it (see `KeyStatements.holdKeyLock`), so for those
+   * it opened a transaction for nothing, rolled back after the answer: while
+   * they are most of the traffic (a retry storm, a replaying client), such
+   * claims go to the claim pool first, one round trip each and no
+   * transaction. (At READ COMMITTED the claim opens no transaction; its BEGIN
+   * waits for the work's first statement.)
    */
   private answeredShare = 0;
 
@@ -44,12 +51,16 @@ export class ClaimRouting {
     private readonly claimPool: DataSource,
   ) {}
 
-  /** Whether a separate claim goes to the claim pool first, its BEGIN on the main pool after it. */
+  /**
+   * Whether a separate claim whose message would open the work's transaction
+   * (the work under REPEATABLE READ or SERIALIZABLE) goes to the claim pool
+   * first, its BEGIN on the main pool after it.
+   */
   claimPoolFirst(): boolean {
     return this.answeredShare > MOSTLY_ANSWERED || !this.mainPoolHasRoom();
   }
 
-  /** Counts a separate claim's answer into `answeredShare`. */
+  /** Counts a separate claim's answer into `answeredShare` (read by `claimPoolFirst` only). */
   noteClaim(claim: ClaimResult): void {
     this.answeredShare = this.answeredShare * 0.95 + (claim.state === 'claimed' ? 0 : 0.05);
   }
@@ -75,11 +86,11 @@ export class ClaimRouting {
    * replay or a 409 waiting long: the main pool has a connection free, or
    * its queue moves fast. A caller would wait about (queue + 1) / pool size
    * of the time a business transaction holds its connection: under fast
-   * handlers that is a few milliseconds, and the fused message saves a round
-   * trip; under slow ones (every connection held for 200 ms) the claim pool
-   * answers at once instead.
+   * handlers that is a few milliseconds, and the claim on the work's own
+   * connection saves a pool checkout; under slow ones (every connection held
+   * for 200 ms) the claim pool answers at once instead.
    */
-  private mainPoolHasRoom(): boolean {
+  mainPoolHasRoom(): boolean {
     if (this.claimPool === this.main) return true;
     const pool = (this.main.driver as unknown as { master?: PgPool }).master;
     if (!pool?.options) return true;

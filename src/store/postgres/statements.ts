@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { ClaimRef, ClaimRequest, ClaimResult, StoredResponse } from '../../core/idempotency-store.js';
 import { FENCE_LOST_SQLSTATE, keyStoreStatements } from '../key-store.sql.js';
+import { keyUpkeepStatements } from '../key-upkeep.sql.js';
 import type { PipelinedResult, PipelinedStatement } from './pipelined.js';
 import { citusKeyStatements } from '../citus/citus.sql.js';
 
@@ -38,15 +39,17 @@ export interface ClaimRow {
  * is all the option changes.
  */
 export class KeyStatements {
-  /** The statements' texts (see key-store.sql.ts). */
-  readonly sql: { readonly [K in keyof ReturnType<typeof keyStoreStatements>]: string };
+  /** The statements' texts (see key-store.sql.ts and key-upkeep.sql.ts). */
+  readonly sql: {
+    readonly [K in keyof ReturnType<typeof keyStoreStatements> | keyof ReturnType<typeof keyUpkeepStatements>]: string;
+  };
 
   constructor(
     private readonly table: string,
     tableName: string,
     private readonly options: { preparedStatements: boolean; partitioned: boolean; citus?: boolean },
   ) {
-    const sql = keyStoreStatements(table, tableName);
+    const sql = { ...keyStoreStatements(table, tableName), ...keyUpkeepStatements(table) };
     // Citus (prototype, issue 31): the writes the coordinator refuses, and the key lock it would take on itself, go
     // through the functions delegated to the tenant's worker.
     this.sql = options.citus ? { ...sql, ...citusKeyStatements(table) } : sql;
@@ -165,6 +168,8 @@ export function claimResult(row: ClaimRow | undefined, request: ClaimRequest): C
       return {
         state: 'completed',
         response: { status: row.response_status ?? 200, headers: row.response_headers ?? [], body: row.response_body },
+        // The claim functions of this version answer a completed key with the seconds its record has left here.
+        recordExpiresInSeconds: row.retry_after ?? undefined,
       };
     default:
       return { state: 'in-flight', retryAfterSeconds: 1 };
