@@ -1,0 +1,326 @@
+import { UnrepresentableInputError } from './errors.js';
+
+// The walk and the writers behind `canonicalJson` (fingerprint.ts): what makes plain JSON data ready for the
+// engine's serializer, what must be written by hand, and the general writer for anything that is not plain data.
+
+/**
+ * Deepest nesting of arrays and objects a fingerprinted value may have. Far
+ * past any real request body, and far short of what would overflow the stack
+ * of the recursive canonical form (a few thousand levels).
+ */
+export const MAX_FINGERPRINT_DEPTH = 128;
+
+/**
+ * About how many characters of canonical text a piece holds: a value
+ * estimated larger is written in pieces, and hashing takes the text in
+ * pieces of about this length. Well under the size at which the engine
+ * gives a string (and Node's hash a UTF-8 buffer) pages of its own.
+ */
+export const PIECE_CHARS = 16 * 1024;
+
+/**
+ * An object that a fresh plain object cannot hold in canonical key order:
+ * its keys in that order and their canonical values, written key by key.
+ */
+class OrderedMembers {
+  constructor(
+    readonly keys: readonly string[],
+    readonly values: readonly unknown[],
+  ) {}
+}
+
+/** The keys of one object shape: their canonical order, and how an object with them is written. */
+interface KeyOrder {
+  keys: readonly string[];
+  /** The keys sorted by UTF-16 code units (`keys` itself when they already are). */
+  sorted: readonly string[];
+  /** `Object.keys` is already the canonical order: `JSON.stringify` writes the object as it is. */
+  inOrder: boolean;
+  /** A fresh plain object with `sorted` assigned in that order enumerates them in that order. */
+  copyable: boolean;
+}
+
+/** Marks a value the walk found is not plain JSON data. */
+const NOT_PLAIN: unique symbol = Symbol('not plain JSON data');
+
+/**
+ * The walk of `writeCanonical` over plain JSON data: the value to serialize
+ * (see there), and the containers `emit` must write itself (each with its
+ * estimated length): the large ones, `OrderedMembers`, and any holding one.
+ * Undefined for anything that is not plain data.
+ */
+export function prepare(root: unknown): Prepared | undefined {
+  // Made only for a value that needs it: most bodies are small, and are written in one piece.
+  let byHand: Map<object, number> | undefined;
+  let length = 0;
+  let ordered = 0;
+  // The last key order seen at each depth: siblings mostly share one shape (an array of line items), so sorting
+  // and checking their keys is done once for all of them.
+  let orders: Array<KeyOrder | undefined> | undefined;
+  const walk = (value: unknown, depth: number): unknown => {
+    switch (typeof value) {
+      case 'string':
+        if (!(value as string & { isWellFormed(): boolean }).isWellFormed()) throw new UnrepresentableInputError(LONE_SURROGATE);
+        length += value.length + 2;
+        return value;
+      case 'number':
+        if (!Number.isFinite(value))
+          throw new UnrepresentableInputError('a number is out of range (it parses to Infinity or NaN)');
+        length += 8;
+        return value;
+      case 'bigint':
+        throw new UnrepresentableInputError('a BigInt has no JSON representation');
+      case 'object':
+        break;
+      default:
+        length += 5;
+        return value;
+    }
+    if (value === null) {
+      length += 4;
+      return value;
+    }
+    if (depth > MAX_FINGERPRINT_DEPTH) {
+      throw new UnrepresentableInputError(`it is nested deeper than ${MAX_FINGERPRINT_DEPTH} levels of arrays and objects`);
+    }
+    if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return NOT_PLAIN;
+    const start = length;
+    const orderedBefore = ordered;
+    let result: unknown;
+    if (Array.isArray(value)) {
+      if (Object.getPrototypeOf(value) !== Array.prototype) return NOT_PLAIN;
+      let copy: unknown[] | undefined;
+      for (let i = 0; i < value.length; i++) {
+        const item: unknown = value[i];
+        const canonical = walk(item, depth + 1);
+        if (canonical === NOT_PLAIN) return NOT_PLAIN;
+        if (copy) copy.push(canonical);
+        else if (canonical !== item) {
+          copy = value.slice(0, i);
+          copy.push(canonical);
+        }
+      }
+      length += value.length + 2;
+      result = copy ?? value;
+    } else {
+      const prototype = Object.getPrototypeOf(value);
+      if (prototype !== Object.prototype && prototype !== null) return NOT_PLAIN;
+      const object = value as Record<string, unknown>;
+      const keys = Object.keys(object);
+      let order = orders?.[depth];
+      if (!order || !sameKeys(order.keys, keys)) (orders ??= [])[depth] = order = keyOrder(keys);
+      const { sorted, inOrder, copyable } = order;
+      // Fresh objects for keys out of order; for keys in order, only once a member changed.
+      let fresh: Record<string, unknown> | undefined = !inOrder && copyable ? {} : undefined;
+      let values: unknown[] | undefined = !inOrder && !copyable ? [] : undefined;
+      for (let i = 0; i < sorted.length; i++) {
+        const key = sorted[i];
+        const member = object[key];
+        const canonical = walk(member, depth + 1);
+        if (canonical === NOT_PLAIN) return NOT_PLAIN;
+        if (fresh) fresh[key] = canonical;
+        else if (values) values.push(canonical);
+        else if (canonical !== member) {
+          // Keys in order, a member changed: copy what came before it.
+          if (copyable) {
+            fresh = {};
+            for (let j = 0; j < i; j++) fresh[sorted[j]] = object[sorted[j]];
+            fresh[key] = canonical;
+          } else {
+            values = sorted.slice(0, i).map((earlier) => object[earlier]);
+            values.push(canonical);
+          }
+        }
+        length += key.length + 4;
+      }
+      length += 2;
+      if (values) {
+        result = new OrderedMembers(sorted, values);
+        ordered++;
+      } else result = fresh ?? object;
+    }
+    if (length - start >= PIECE_CHARS || ordered !== orderedBefore) (byHand ??= new Map()).set(result as object, length - start);
+    return result;
+  };
+  const value = walk(root, 1);
+  return value === NOT_PLAIN ? undefined : { value, byHand: byHand ?? NONE_BY_HAND };
+}
+
+function sameKeys(a: readonly string[], b: readonly string[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/** What `prepare` gives: the value to serialize, and the containers to write by hand. */
+export interface Prepared {
+  value: unknown;
+  byHand: ByHand;
+}
+
+/** Containers `emit` writes itself, each with its estimated length of text. */
+type ByHand = ReadonlyMap<object, number>;
+export const NONE_BY_HAND: ByHand = new Map();
+
+/** Integer-like keys (a superset of array indices, which every object enumerates first, in numeric order). */
+const INTEGER_LIKE = /^(?:0|[1-9][0-9]*)$/;
+
+function keyOrder(keys: string[]): KeyOrder {
+  let inOrder = true;
+  for (let i = 0; i < keys.length; i++) {
+    const key = keys[i];
+    if (!(key as string & { isWellFormed(): boolean }).isWellFormed()) throw new UnrepresentableInputError(LONE_SURROGATE);
+    // Compared as JavaScript compares strings: by UTF-16 code units, the canonical order.
+    if (i > 0 && keys[i - 1] >= key) inOrder = false;
+  }
+  const sorted = inOrder ? keys : [...keys].sort();
+  // Keys already in order enumerate in that order in a fresh object too (integer-like ones come first either way).
+  const copyable = !keys.includes('__proto__') && (inOrder || enumeratesAsSorted(sorted));
+  return { keys, sorted, inOrder, copyable };
+}
+
+/**
+ * Whether a fresh object given `sorted` in that order enumerates them so:
+ * it lists array-index keys first, in numeric order, then the others as
+ * assigned. True when every integer-like key comes before the others and
+ * they ascend numerically (integer-like is broader than array index, so
+ * this errs only towards writing an object key by key).
+ */
+function enumeratesAsSorted(sorted: readonly string[]): boolean {
+  let named = false;
+  let previous = -1;
+  for (const key of sorted) {
+    if (INTEGER_LIKE.test(key)) {
+      const index = Number(key);
+      if (named || index <= previous) return false;
+      previous = index;
+    } else named = true;
+  }
+  return true;
+}
+
+function isByHand(value: unknown, byHand: ByHand): boolean {
+  return value instanceof OrderedMembers || (typeof value === 'object' && value !== null && byHand.has(value));
+}
+
+/**
+ * Writes a prepared value (see `prepare`) to `out`: what `JSON.stringify`
+ * can write in one piece through it, the rest here. False when the value
+ * has no JSON form (undefined, a function, a symbol), as `JSON.stringify`
+ * answers undefined.
+ */
+export function emit(value: unknown, byHand: ByHand, out: (piece: string) => void): boolean {
+  if (!isByHand(value, byHand)) {
+    const text = JSON.stringify(value) as string | undefined;
+    if (text === undefined) return false;
+    out(text);
+    return true;
+  }
+  if (value instanceof OrderedMembers) {
+    emitMembers(value.keys, value.values, byHand, out);
+  } else if (Array.isArray(value)) {
+    emitItems(value, byHand.get(value) ?? 0, byHand, out);
+  } else {
+    const object = value as Record<string, unknown>;
+    const keys = Object.keys(object);
+    emitMembers(
+      keys,
+      keys.map((key) => object[key]),
+      byHand,
+      out,
+    );
+  }
+  return true;
+}
+
+function emitMembers(keys: readonly string[], values: readonly unknown[], byHand: ByHand, out: (piece: string) => void): void {
+  out('{');
+  let first = true;
+  for (let i = 0; i < keys.length; i++) {
+    const value = values[i];
+    // Left out, as JSON.stringify leaves out members with no JSON form.
+    if (value === undefined || typeof value === 'function' || typeof value === 'symbol') continue;
+    out(`${first ? '' : ','}${quote(keys[i])}:`);
+    emit(value, byHand, out);
+    first = false;
+  }
+  out('}');
+}
+
+/** A large array's items, in runs of about `PIECE_CHARS` serialized at once (one `JSON.stringify` of a slice). */
+function emitItems(items: readonly unknown[], length: number, byHand: ByHand, out: (piece: string) => void): void {
+  out('[');
+  const run = Math.max(1, Math.floor((PIECE_CHARS * items.length) / Math.max(length, 1)));
+  let i = 0;
+  while (i < items.length) {
+    if (i > 0) out(',');
+    if (isByHand(items[i], byHand)) {
+      emit(items[i], byHand, out);
+      i++;
+      continue;
+    }
+    let end = i + 1;
+    while (end < items.length && end - i < run && !isByHand(items[end], byHand)) end++;
+    // A slice's text less its brackets; an item with no JSON form is null in an array, as JSON.stringify writes it.
+    out(
+      end - i === 1
+        ? ((JSON.stringify(items[i]) as string | undefined) ?? 'null')
+        : JSON.stringify(items.slice(i, end)).slice(1, -1),
+    );
+    i = end;
+  }
+  out(']');
+}
+
+const LONE_SURROGATE = 'a string holds a lone surrogate (half of a UTF-16 pair)';
+
+export function write(value: unknown, depth: number): string | undefined {
+  switch (typeof value) {
+    case 'string':
+      return quote(value);
+    case 'number':
+      if (!Number.isFinite(value)) throw new UnrepresentableInputError('a number is out of range (it parses to Infinity or NaN)');
+      // The same as JSON.stringify for a finite number (ECMAScript's Number::toString), without its overhead.
+      return String(value);
+    case 'boolean':
+      return value ? 'true' : 'false';
+    case 'bigint':
+      throw new UnrepresentableInputError('a BigInt has no JSON representation');
+    case 'object':
+      break;
+    default:
+      // undefined, functions and symbols: left out of objects, null in arrays, as in JSON.
+      return undefined;
+  }
+  if (value === null) return 'null';
+  if (depth > MAX_FINGERPRINT_DEPTH) {
+    throw new UnrepresentableInputError(`it is nested deeper than ${MAX_FINGERPRINT_DEPTH} levels of arrays and objects`);
+  }
+  const json = (value as { toJSON?: unknown }).toJSON;
+  if (typeof json === 'function') return write(json.call(value), depth + 1);
+  if (Array.isArray(value)) {
+    let out = '[';
+    for (let i = 0; i < value.length; i++) out += (i === 0 ? '' : ',') + (write(value[i], depth + 1) ?? 'null');
+    return `${out}]`;
+  }
+  const object = value as Record<string, unknown>;
+  let out = '{';
+  let first = true;
+  for (const key of Object.keys(object).sort()) {
+    const member = write(object[key], depth + 1);
+    if (member === undefined) continue;
+    out += `${first ? '' : ','}${quote(key)}:${member}`;
+    first = false;
+  }
+  return `${out}}`;
+}
+
+/** Characters JSON.stringify escapes in a string (besides lone surrogates, refused before): quote, backslash, controls. */
+// eslint-disable-next-line no-control-regex -- the control characters are exactly what must be found
+const NEEDS_ESCAPING = /["\\\u0000-\u001f]/;
+
+/** A string as JSON: most need no escaping, and are quoted as they are. */
+function quote(text: string): string {
+  if (!(text as string & { isWellFormed(): boolean }).isWellFormed()) throw new UnrepresentableInputError(LONE_SURROGATE);
+  return NEEDS_ESCAPING.test(text) ? JSON.stringify(text) : `"${text}"`;
+}
