@@ -55,19 +55,30 @@ export class ClaimAndBegin {
     return this.readCommitted;
   }
 
-  /** A separate claim: see `beginSeparate` (READ COMMITTED work), else the claim and the BEGIN with the key's lock. */
+  /** A separate claim: see `beginSeparate` (READ COMMITTED work), else `beginHoldingKeyLock`. */
   private async beginOnce(request: ClaimRequest): Promise<BeginResult<EntityManager>> {
-    const { pools, statements, routing } = this.parts;
     if (await this.businessReadCommitted()) return this.beginSeparate(request);
-    if (routing.claimPoolFirst()) return this.beginAfterClaimPool(request);
-    const holdsKeyLock = !(await this.businessReadCommitted());
+    return this.parts.routing.claimPoolFirst() ? this.beginAfterClaimPool(request) : this.beginHoldingKeyLock(request);
+  }
+
+  /**
+   * A separate claim whose work runs under REPEATABLE READ or SERIALIZABLE: the claim, its COMMIT, the work's BEGIN
+   * and the key's lock in that transaction (see `KeyStatements.holdKeyLock`), in one round trip.
+   */
+  private async beginHoldingKeyLock(request: ClaimRequest): Promise<BeginResult<EntityManager>> {
+    const { pools, statements, routing } = this.parts;
     const runner = pools.main.createQueryRunner();
     const claimStatement = statements.claim(request, 'claim', null);
     let results: PipelinedResult[] = [];
     try {
       await withTransactionStatementReplaced(runner, 'START TRANSACTION', async (client, startTransaction) => {
-        const sent = [{ text: BEGIN_READ_COMMITTED }, claimStatement, { text: 'COMMIT' }, { text: startTransaction }];
-        if (holdsKeyLock) sent.push(statements.holdKeyLock(request));
+        const sent = [
+          { text: BEGIN_READ_COMMITTED },
+          claimStatement,
+          { text: 'COMMIT' },
+          { text: startTransaction },
+          statements.holdKeyLock(request),
+        ];
         results = await exchange(client, sent, pools.main, runner);
         // The connection is gone: whatever else answered, nothing can go on on it.
         const lost = results.find((result) => !result.ok && isUnavailableError(result.error));
@@ -95,8 +106,8 @@ export class ClaimAndBegin {
       void endAndRelease(runner);
       return { claim };
     }
-    if (holdsKeyLock && !lockTaken(results[4])) return this.notRun(runner, request);
-    return { claim, attempt: openAttempt(this.parts, runner, request, { holdsKeyLock }) };
+    if (!lockTaken(results[4])) return this.notRun(runner, request);
+    return { claim, attempt: openAttempt(this.parts, runner, request, { holdsKeyLock: true }) };
   }
 
   /**
