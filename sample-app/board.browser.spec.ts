@@ -298,12 +298,11 @@ describeEachWithBrowser(ADAPTERS, 'the operator board in Chromium, sample app ov
     expect(await page.locator('#confirm-text').textContent()).toContain(`message ${id}`);
     await page.click('#confirm-ok');
     await page.locator('#toast', { hasText: 'Redriven: 1.' }).waitFor();
-    for (let i = 0; i < 50; i++) {
-      const delivered = await db.query('SELECT 1 FROM receipt_deliveries WHERE message_id = $1', [id]);
-      if (delivered.rowCount) break;
-      await sleep(100);
-    }
-    expect((await db.query(`SELECT status FROM outbox_messages WHERE id = $1`, [id])).rows[0].status).toBe('delivered');
+    // The relay records the delivery, then settles the message: wait for the settlement, not only the delivery.
+    const status = async () => (await db.query(`SELECT status FROM outbox_messages WHERE id = $1`, [id])).rows[0].status;
+    for (let i = 0; i < 50 && (await status()) !== 'delivered'; i++) await sleep(100);
+    expect((await db.query('SELECT 1 FROM receipt_deliveries WHERE message_id = $1', [id])).rowCount).toBe(1);
+    expect(await status()).toBe('delivered');
     expect(problems).toEqual([]);
   });
 
