@@ -11,8 +11,10 @@ import { throughWireCounter, WireCounter } from './support/wire-counter.js';
 
 const CLAIM = /^\/\* nest-idempotency:claim \*\/ SELECT \* FROM "idempotency_keys_claim"/;
 const COMPLETE = /^\/\* nest-idempotency:complete \*\//;
-/** The claim's message, as the server sees it: its own transaction, committed; no transaction left open after it. */
-const CLAIM_EXCHANGE = {
+/** The claim's message, as the server sees it: the claim alone, its own transaction; no transaction left open after it. */
+const CLAIM_EXCHANGE = { statements: [expect.stringMatching(CLAIM)], ready: ['I'] };
+/** The claim inside a READ COMMITTED transaction of its own, committed: where the connection defaults to another level. */
+const CLAIM_IN_TRANSACTION = {
   statements: ['BEGIN ISOLATION LEVEL READ COMMITTED', expect.stringMatching(CLAIM), 'COMMIT'],
   ready: ['T', 'T', 'I'],
 };
@@ -237,17 +239,32 @@ describe.each([
       isolationLevel ? 'read committed' : 'repeatable read',
     );
     const newKey = await settled();
-    expect(newKey).toHaveLength(3);
-    expect(newKey[0].statements.slice(0, 3)).toEqual([
-      'BEGIN ISOLATION LEVEL READ COMMITTED',
-      expect.stringMatching(CLAIM),
-      'COMMIT',
-    ]);
+    if (isolationLevel) {
+      // The claim alone ran at the connection's REPEATABLE READ: it wrote nothing and asked for READ COMMITTED (had it
+      // written, the claim after it would have found the key in flight and nothing would have run). The store sends
+      // the claim inside its own READ COMMITTED transaction from then on.
+      expect(newKey).toHaveLength(4);
+      expect(newKey[0]).toEqual(CLAIM_EXCHANGE);
+      expect(newKey[1]).toEqual(CLAIM_IN_TRANSACTION);
+    } else {
+      expect(newKey).toHaveLength(3);
+      expect(newKey[0].statements.slice(0, 3)).toEqual([
+        'BEGIN ISOLATION LEVEL READ COMMITTED',
+        expect.stringMatching(CLAIM),
+        'COMMIT',
+      ]);
+    }
     wire.reset();
     await expect(engine.execute(work('rr-1'))).resolves.toMatchObject({ kind: 'replayed' });
     const replay = await settled();
     if (isolationLevel) {
-      expect(replay).toEqual([CLAIM_EXCHANGE]);
+      expect(replay).toEqual([CLAIM_IN_TRANSACTION]);
+      // And a new key from then on: three round trips again.
+      wire.reset();
+      await expect(engine.execute(work('rr-2'))).resolves.toMatchObject({ kind: 'executed' });
+      const next = await settled();
+      expect(next).toHaveLength(3);
+      expect(next[0]).toEqual(CLAIM_IN_TRANSACTION);
     } else {
       // The fused message: the work's BEGIN and the key's lock ride with the claim; a replay rolls that back after it.
       expect(replay).toEqual([

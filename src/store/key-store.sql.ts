@@ -21,7 +21,8 @@ import { dialectParts, type FunctionDialect } from './function-dialect.js';
  * releases, the sweeper's batches) is in key-upkeep.sql.ts.
  *
  * Parameters: claim ($1 tenant, $2 key, $3 fingerprint, $4 owner token,
- * $5 lease ms, $6 ttl ms, $7 lock timeout ms or null); complete ($1-$3
+ * $5 lease ms, $6 ttl ms, $7 lock timeout ms, or null for a separate claim,
+ * which then writes only at READ COMMITTED); complete ($1-$3
  * tenant, key, owner token, $4 status, $5 headers, $6 body, $7 ttl ms).
  *
  * @param t the table name, already quoted (`quoteTableName`)
@@ -116,9 +117,33 @@ export const CLAIM_FUNCTION_SIGNATURE = `(
  * Marks the claim functions of this version (a comment in their source): the
  * start-up check refuses functions an older version created, which lack the
  * key's lock, the isolation handling, the expiry floor or the request-transaction
- * claim's session hold (version 4) the store now relies on.
+ * claim's session hold (version 4) or the claim's own isolation check (version 5) the store now relies on.
  */
-export const KEY_FUNCTIONS_VERSION = 'nest-idempotency-pg key functions 4';
+export const KEY_FUNCTIONS_VERSION = 'nest-idempotency-pg key functions 5';
+
+/**
+ * The claim's state when it would have to write under a snapshot older than its own statement: it ran alone, as
+ * its own transaction, on a connection whose default isolation is REPEATABLE READ or SERIALIZABLE. Nothing was
+ * written; the store sends the claim again inside `BEGIN ISOLATION LEVEL READ COMMITTED`. (Read-only answers, a
+ * replay, a 409 or a 422, are right under any snapshot taken at the statement's start: they stand.)
+ */
+export const READ_COMMITTED_NEEDED = 'read_committed_needed';
+
+/**
+ * The plain table's claim on one server, before it writes: only READ COMMITTED may write here, since a snapshot
+ * older than the statement would miss a claim committed meanwhile. The store sends that claim alone (its own
+ * implicit transaction, two statements fewer than BEGIN and COMMIT around it); on a connection whose default is
+ * another level it writes nothing and asks to be sent again in a READ COMMITTED transaction. The check is for the
+ * claims the store sends, with a null lock timeout (`$7`); claim_in_transaction calls this function with one, from
+ * inside the work's transaction, where it must write at whatever level that runs (see there). On Citus the store
+ * always sends the claim inside a transaction, and the text has no such check.
+ */
+const READ_COMMITTED_ONLY = `IF p_lock_timeout_ms IS NULL
+            AND current_setting('transaction_isolation') NOT IN ('read committed', 'read uncommitted') THEN
+           RETURN QUERY SELECT '${READ_COMMITTED_NEEDED}'::text, NULL::integer, NULL::text, NULL::integer, NULL::integer,
+             NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
+           RETURN;
+         END IF;`;
 
 /**
  * How long after `greatest(expiry_floor, lease_expires_at)` a completed row
@@ -177,7 +202,12 @@ function claimFunction(tableName: string, dialect: FunctionDialect = 'postgres')
              RETURN;
            END IF;
          END IF;
-         -- About to write. An attempt claimed in request-transaction mode holds the key's lock until its
+         ${
+           dialect === 'postgres'
+             ? `${READ_COMMITTED_ONLY}
+         `
+             : ''
+         }-- About to write. An attempt claimed in request-transaction mode holds the key's lock until its
          -- transaction ends and may have written nothing yet: while it runs, the key is in flight, whatever
          -- this claim reads. (Re-entrant: a takeover by claim_in_transaction already holds the lock.)
          IF NOT pg_try_advisory_xact_lock(${keyLock(tableName)}) THEN
@@ -372,16 +402,17 @@ export function completionFunctions(tableName: string, dialect: FunctionDialect 
        END LOOP;
        IF (v_found AND r.status = 'in_flight') OR current_setting('transaction_isolation') <> 'read committed' THEN
          -- Its lease lapsed: taken over in place (or claimed anew when its TTL ended too), as the ordinary claim does;
-         -- or, under a stricter isolation level, any claim: written now (see above).
+         -- or, under a stricter isolation level, any claim: written now (see above). A lock timeout that is not null
+         -- tells the ordinary claim it runs inside this transaction, where it may write at any level.
          ${
            sessionHold
-             ? `SELECT * INTO c FROM ${fn(t, 'claim')}(p_tenant, p_key, p_fingerprint, p_owner, p_lease_ms, p_ttl_ms, NULL) AS x;
+             ? `SELECT * INTO c FROM ${fn(t, 'claim')}(p_tenant, p_key, p_fingerprint, p_owner, p_lease_ms, p_ttl_ms, coalesce(p_lock_timeout_ms, 0)) AS x;
          IF c.state = 'claimed' THEN
            ${HOLD_FOR_SESSION}
          END IF;
          RETURN QUERY SELECT c.state, c.attempt, c.generation, c.retry_after, c.response_status, c.response_headers,
            c.response_body, c.recovery_point, c.phase_results;`
-             : `RETURN QUERY SELECT * FROM ${fn(t, 'claim')}(p_tenant, p_key, p_fingerprint, p_owner, p_lease_ms, p_ttl_ms, NULL);`
+             : `RETURN QUERY SELECT * FROM ${fn(t, 'claim')}(p_tenant, p_key, p_fingerprint, p_owner, p_lease_ms, p_ttl_ms, coalesce(p_lock_timeout_ms, 0));`
          }
          RETURN;
        END IF;

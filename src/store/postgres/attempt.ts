@@ -3,6 +3,7 @@ import type { ClaimRequest, OpenAttempt } from '../../core/idempotency-store.js'
 import type { ClaimRouting } from './claim-routing.js';
 import type { DeferredBegin } from './deferred-begin.js';
 import type { PipelinedResult, PipelinedStatement } from './pipelined.js';
+import type { SeparateClaim } from './separate-claim.js';
 import { exchange, type PgClient, type Pools } from './pools.js';
 import { isFenceLost, type KeyStatements } from './statements.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
@@ -15,6 +16,8 @@ export interface AttemptParts {
   routing: ClaimRouting;
   /** Owner tokens of open attempts whose transaction holds the key's lock (see `KeyStatements.holdKeyLock`). */
   keyLockHolders: Set<string>;
+  /** How a claim committed on its own is sent. */
+  separateClaim: SeparateClaim;
 }
 
 /**

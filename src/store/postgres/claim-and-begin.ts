@@ -111,9 +111,9 @@ export class ClaimAndBegin {
   }
 
   /**
-   * A separate claim whose work runs at READ COMMITTED: `BEGIN ISOLATION
-   * LEVEL READ COMMITTED`, the claim and `COMMIT` in one round trip on the
-   * connection the work then uses, and no transaction opened by it. The
+   * A separate claim whose work runs at READ COMMITTED: the claim committed
+   * on its own (see `SeparateClaim`) in one round trip on the connection the
+   * work then uses, and no transaction opened by it. The
    * work's own BEGIN goes out with its first statement (see DeferredBegin), so
    * a new key still costs three round trips, and a replay, a 409 or a 422 one,
    * with nothing to roll back. When the main pool has no room the claim goes
@@ -121,7 +121,7 @@ export class ClaimAndBegin {
    * transactions (see claim-routing.ts).
    */
   private async beginSeparate(request: ClaimRequest): Promise<BeginResult<EntityManager>> {
-    const { pools, statements, routing } = this.parts;
+    const { pools, separateClaim, routing } = this.parts;
     if (!routing.mainPoolHasRoom()) return this.beginAfterClaimPool(request);
     const runner = pools.main.createQueryRunner();
     let claimed: PipelinedResult;
@@ -129,8 +129,7 @@ export class ClaimAndBegin {
     let client: PgClient;
     try {
       client = (await runner.connect()) as PgClient;
-      const sent = [{ text: BEGIN_READ_COMMITTED }, statements.claim(request, 'claim', null), { text: 'COMMIT' }];
-      [, claimed, committed] = await exchange(client, sent, pools.main, runner);
+      ({ claimed, committed } = await separateClaim.send(client, request, pools.main, runner));
       // The connection is gone: whether the claim committed is unknown.
       const lost = [claimed, committed].find((result) => !result.ok && isUnavailableError(result.error));
       if (lost) throw (lost as { error: unknown }).error;

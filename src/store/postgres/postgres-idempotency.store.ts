@@ -16,8 +16,9 @@ import { PartitionRetention, type PartitionStatus } from '../partitioned/partiti
 import type { AttemptParts } from './attempt.js';
 import { ClaimAndBegin } from './claim-and-begin.js';
 import { ClaimRouting } from './claim-routing.js';
-import { answerOf, exchange, lendConnection, Pools } from './pools.js';
-import { BEGIN_READ_COMMITTED, claimResult, isFenceLost, KeyStatements, type ClaimRow } from './statements.js';
+import { SeparateClaim } from './separate-claim.js';
+import { answerOf, lendConnection, Pools } from './pools.js';
+import { claimResult, isFenceLost, KeyStatements, type ClaimRow } from './statements.js';
 import { countExpiredKeys, sweepExpiredKeys, type SweptTable } from './sweep.js';
 import { isUnavailableError } from './unavailable.js';
 
@@ -81,6 +82,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       statements: this.statements,
       routing: new ClaimRouting(dataSource, claimPool),
       keyLockHolders: new Set(),
+      separateClaim: new SeparateClaim(this.statements),
     };
     this.claimAndBegin = new ClaimAndBegin(this, this.attemptParts, { name: tableName, partitioned: this.partitioned });
     this.sweptTable = { pools: this.pools, statements: this.statements, table, partitions: this.partitions };
@@ -113,22 +115,15 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     return claimResult(rows[0] as ClaimRow | undefined, request);
   }
 
-  /**
-   * A claim committed on its own, on the claim pool: its transaction, the
-   * claim and its COMMIT in one round trip.
-   */
+  /** A claim committed on its own, on the claim pool, in one round trip (see `SeparateClaim`). */
   private async claimAlone(request: ClaimRequest): Promise<ClaimRow[]> {
     const { claimPool } = this.pools;
     const [client, release] = await lendConnection(claimPool);
     let failure: unknown;
     try {
-      const [, claim, commit] = await exchange(
-        client,
-        [{ text: BEGIN_READ_COMMITTED }, this.statements.claim(request, 'claim', null), { text: 'COMMIT' }],
-        claimPool,
-      );
-      const { rows } = answerOf(claim);
-      answerOf(commit);
+      const { claimed, committed } = await this.attemptParts.separateClaim.send(client, request, claimPool);
+      const { rows } = answerOf(claimed);
+      answerOf(committed);
       return rows as ClaimRow[];
     } catch (error) {
       failure = error;

@@ -139,6 +139,15 @@ export class KeyStatements {
     return !this.options.partitioned && !this.options.citus;
   }
 
+  /**
+   * Whether a separate claim may be sent alone, as its own transaction (see separate-claim.ts): the plain table's
+   * claim on one server checks its isolation level before it writes. The partitioned table's claim and the Citus
+   * texts do not, and Citus delegates a call differently inside a transaction block.
+   */
+  get claimCommitsAlone(): boolean {
+    return !this.options.partitioned && !this.options.citus;
+  }
+
   /** Lets go of the key's lock held for the session (`holdsKeyForSession`); answers `released`. */
   releaseKeyLock(request: ClaimRequest): PipelinedStatement {
     return { text: this.sql.releaseKeyLock, values: [request.tenant, request.key] };

@@ -1,0 +1,47 @@
+import type { DataSource, QueryRunner } from 'typeorm';
+import type { ClaimRequest } from '../../core/idempotency-store.js';
+import { READ_COMMITTED_NEEDED } from '../key-store.sql.js';
+import type { PipelinedResult } from './pipelined.js';
+import { exchange, type PgClient } from './pools.js';
+import { BEGIN_READ_COMMITTED, type ClaimRow, type KeyStatements } from './statements.js';
+
+/**
+ * A claim committed on its own (claim mode `separate`), in one round trip. On one server's plain table the claim
+ * is sent alone and commits as its own implicit transaction: two statements fewer than `BEGIN ISOLATION LEVEL READ
+ * COMMITTED`, the claim and `COMMIT`, for the database and for the app, on every new key and every replay. Its
+ * function writes only at READ COMMITTED (READ_COMMITTED_NEEDED in key-store.sql.ts): on a connection whose default
+ * is REPEATABLE READ or SERIALIZABLE it answers without writing, and the claim is sent again inside that BEGIN and
+ * COMMIT, as it then always is on this pool. The partitioned table and Citus always send it inside them.
+ */
+export class SeparateClaim {
+  /** A connection of this pool refused the claim alone: its connections default to another isolation level. */
+  private alwaysInTransaction: boolean;
+
+  constructor(private readonly statements: KeyStatements) {
+    this.alwaysInTransaction = !statements.claimCommitsAlone;
+  }
+
+  /** The claim's answer and its commit's (the same result when it went alone), in the order they were sent. */
+  async send(
+    client: PgClient,
+    request: ClaimRequest,
+    source: DataSource,
+    runner?: QueryRunner,
+  ): Promise<{ claimed: PipelinedResult; committed: PipelinedResult }> {
+    const claim = this.statements.claim(request, 'claim', null);
+    if (!this.alwaysInTransaction) {
+      const [claimed] = await exchange(client, [claim], source, runner);
+      if (!claimed.ok || (claimed.rows[0] as ClaimRow | { state: string } | undefined)?.state !== READ_COMMITTED_NEEDED) {
+        return { claimed, committed: claimed };
+      }
+      this.alwaysInTransaction = true;
+    }
+    const [, claimed, committed] = await exchange(
+      client,
+      [{ text: BEGIN_READ_COMMITTED }, claim, { text: 'COMMIT' }],
+      source,
+      runner,
+    );
+    return { claimed, committed };
+  }
+}
