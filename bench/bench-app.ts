@@ -230,14 +230,13 @@ type ClaimRow = { state: string; response_status: number | null; response_body: 
 /**
  * How the floor talks to PostgreSQL:
  * - `roundTrips: 3` is the module's new-key protocol, statement for statement:
- *   `BEGIN ISOLATION LEVEL READ COMMITTED`, the claim, `COMMIT` and `START
- *   TRANSACTION` pipelined in one socket write (node-postgres 8.23, each value a
- *   parameter, as the store sends them), the handler's INSERT, then the fenced
- *   completion and `COMMIT` pipelined the same way. `asyncClaimCommit` commits
- *   the claim with `synchronous_commit = off` (an earlier version's choice: the
- *   business COMMIT that follows flushes its WAL); without it the claim waits for
- *   its own flush, as the module's does, which only a server with durable
- *   commits can show.
+ *   the claim alone (its own transaction, each value a parameter, as the store
+ *   sends it), `START TRANSACTION` and the handler's INSERT in one batch, then
+ *   the fenced completion and `COMMIT` pipelined the same way (node-postgres
+ *   8.23). `asyncClaimCommit` is an earlier version's protocol: `BEGIN`, `SET
+ *   LOCAL synchronous_commit TO off`, the claim, `COMMIT` and `START
+ *   TRANSACTION` in one socket write (the business COMMIT that follows flushes
+ *   the claim's WAL).
  * - `roundTrips: 5` is the earlier protocol, one statement per round trip (claim,
  *   BEGIN, INSERT, completion, COMMIT); `prepared` sends claim and completion as
  *   named prepared statements, which only the extended protocol can carry.
@@ -292,8 +291,29 @@ class HandWrittenIdempotency {
     let settled = false;
     let broken: Error | undefined;
     try {
-      // The claim commits alone (duplicates on other connections must see it), and the business transaction opens,
-      // in one round trip. SET LOCAL lasts for the claim's transaction only.
+      if (!asyncClaimCommit) {
+        // As the store sends it: the claim alone, its own transaction (duplicates on other connections must see it),
+        // then the business transaction's BEGIN written ahead of the handler's first statement, in one batch.
+        const [claimed] = await this.pipeline(client, [{ text: this.claimSql, values: claimParams }]);
+        const row = claimed?.rows[0] as ClaimRow | undefined;
+        if (row?.state !== 'claimed') {
+          settled = true;
+          return answerWithoutWork(row);
+        }
+        let begun = false;
+        const value = await work(async (sql, params) => {
+          if (begun) return this.query(client, sql, params);
+          begun = true;
+          const [, answer] = await this.pipeline(client, [{ text: 'START TRANSACTION' }, { text: sql, values: params }]);
+          return Object.assign(answer.rows as Rows, { rowCount: (answer as { rowCount?: number | null }).rowCount ?? null });
+        });
+        const completion = { text: this.completeOrRaiseSql, values: completeParams(value) };
+        await this.pipeline(client, [...(begun ? [] : [{ text: 'START TRANSACTION' }]), completion, { text: 'COMMIT' }]);
+        settled = true;
+        return { replayed: false, status: 201, value };
+      }
+      // The earlier protocol: the claim in a transaction of its own whose COMMIT need not wait for its flush
+      // (SET LOCAL lasts for that transaction only), and the business transaction's BEGIN, in one round trip.
       const claimStatements: PipelinedStatement[] = [
         { text: 'BEGIN ISOLATION LEVEL READ COMMITTED' },
         ...(asyncClaimCommit ? [{ text: 'SET LOCAL synchronous_commit TO off' }] : []),
