@@ -84,7 +84,10 @@ async function pathFiles(tree) {
       if (inSrc.startsWith('..') || !inSrc.endsWith('.js')) continue;
       const functions = script.functions.filter((fn) => fn.ranges[0].count > 0).map((fn) => fn.functionName || '(anonymous)');
       if (script.functions.some((fn) => fn.ranges.some((range) => range.count > 0)))
-        ran.set(`src/${inSrc.replace(/\.js$/, '.ts')}`, { functions, ranLines: linesThatRan(readFileSync(file, 'utf8'), script.functions) });
+        ran.set(`src/${inSrc.replace(/\.js$/, '.ts')}`, {
+          functions,
+          ranLines: linesThatRan(readFileSync(file, 'utf8'), script.functions),
+        });
     }
     for (const path of SQL_ON_PATH)
       if (existsSync(join(tree, path))) ran.set(path, { functions: ['(SQL functions run by PostgreSQL)'], ranLines: undefined });
