@@ -31,6 +31,7 @@ export type VariantName =
   | 'floorPrepared'
   | 'replay'
   | 'replayFromMemory'
+  | 'floorReplay'
   | 'nodb'
   | 'requestTransaction'
   | 'realisticBare'
@@ -51,8 +52,11 @@ export type MainVariantName = Exclude<VariantName, 'floorAsyncClaim'>;
  */
 interface Variant {
   path: string;
-  /** `replay`: keys completed before the run; `memory`: the same, completed on the replayFromMemory route. */
-  keys: 'new' | 'replay' | 'memory';
+  /**
+   * `replay`: keys completed before the run; `memory`: the same, completed on the replayFromMemory route; `floor`:
+   * completed on the hand-written floor's route.
+   */
+  keys: 'new' | 'replay' | 'memory' | 'floor';
   body?: 'big';
   connections?: 'peer';
   what: string;
@@ -85,6 +89,11 @@ export const VARIANTS: Record<VariantName, Variant> = {
     path: '/idem-memory/charges',
     keys: 'memory',
     what: '@Idempotent({ replayFromMemory: true }), keys this instance completed replayed from memory',
+  },
+  floorReplay: {
+    path: '/floor/charges',
+    keys: 'floor',
+    what: "completed keys replayed by the hand-written floor: the claim alone, one round trip (a replay's floor)",
   },
   nodb: { path: '/nodb/charges', keys: 'new', what: 'no database work at all' },
   requestTransaction: {
@@ -248,6 +257,7 @@ export async function runHttpScenarios(
       `memory-${adapter}-${randomUUID()}`,
       VARIANTS.replayFromMemory.path,
     );
+    const floorKeys = await createCompletedKeys(app, config, `floor-${adapter}-${randomUUID()}`, VARIANTS.floorReplay.path);
     await vacuumAnalyze(db);
     const bodies = { big: bigBody(config.bigBodyBytes) };
 
@@ -258,7 +268,7 @@ export async function runHttpScenarios(
       app,
       order,
       config,
-      { cpu, keyUpdates, bigBody: bodies.big, replayKeys, memoryKeys },
+      { cpu, keyUpdates, bigBody: bodies.big, replayKeys, memoryKeys, floorKeys },
       log,
     );
 
@@ -315,6 +325,7 @@ export async function measureVariants<N extends VariantName>(
     bigBody?: string;
     replayKeys?: string[];
     memoryKeys?: string[];
+    floorKeys?: string[];
   },
   log: (line: string) => void,
 ): Promise<Record<N, VariantResult>> {
@@ -330,7 +341,8 @@ export async function measureVariants<N extends VariantName>(
     const rotated = [...order.slice(round % order.length), ...order.slice(0, round % order.length)];
     for (const name of rotated) {
       const variant = VARIANTS[name];
-      const replayKeys = variant.keys === 'memory' ? options.memoryKeys : options.replayKeys;
+      const replayKeys =
+        variant.keys === 'memory' ? options.memoryKeys : variant.keys === 'floor' ? options.floorKeys : options.replayKeys;
       if (variant.keys !== 'new' && !replayKeys?.length) throw new Error(`Variant ${name} replays keys, and none were made.`);
       const key = variant.keys === 'new' ? () => randomUUID() : () => replayKeys![replayIndex++ % replayKeys!.length];
       const body = variant.body === 'big' ? options.bigBody : BODY;

@@ -70,9 +70,13 @@ async function main(): Promise<void> {
           const memoryKeys = routes.includes('replayFromMemory')
             ? await createCompletedKeys(app, config, `profile-memory-${randomUUID()}`, VARIANTS.replayFromMemory.path)
             : [];
+          const floorKeys = routes.includes('floorReplay')
+            ? await createCompletedKeys(app, config, `profile-floor-${randomUUID()}`, VARIANTS.floorReplay.path)
+            : [];
           await vacuumAnalyze(db);
           let replayIndex = 0;
-          const keysOf = (route: VariantName) => (VARIANTS[route].keys === 'memory' ? memoryKeys : replayKeys);
+          const keysOf = (route: VariantName) =>
+            VARIANTS[route].keys === 'memory' ? memoryKeys : VARIANTS[route].keys === 'floor' ? floorKeys : replayKeys;
           const big = routes.some((route) => VARIANTS[route].body === 'big') ? bigBody(config.bigBodyBytes) : undefined;
           // The big-body routes as the bench loads them: the ~1 MiB body, with the bench's connections for it.
           const loadOf = (route: VariantName) => ({

@@ -148,6 +148,21 @@ export function targetRows(
         result: serverCpu === null ? 'info' : atMost(serverCpu, max),
       });
     }
+    // The replay's floor: the same one round trip written by hand on pg, what no layering of the module can go below.
+    for (const [variant, baseline, label] of [
+      ['floorReplay', 'bare', 'hand-written replay (the floor) / bare handler'],
+      ['replay', 'floorReplay', 'replay from the database / its hand-written floor'],
+    ] as const) {
+      const serverCpu = serverCpuRatio(v[variant], v[baseline]);
+      add({
+        scenario: '2',
+        measure: `${label}: server CPU per request`,
+        value: serverCpu === null ? '?' : x(serverCpu),
+        detail: `${cpu(v[variant])} vs ${cpu(v[baseline])}; ${rps(v[variant].rps)} vs ${rps(v[baseline].rps)}`,
+        target: '-',
+        result: 'info',
+      });
+    }
     for (const [other, label] of [
       ['module', 'new key'],
       ['nodb', 'route with no database work'],
