@@ -17,6 +17,7 @@
  *   POST /floor-async-claim/charges  the same, with the claim committed asynchronously (an earlier version's choice)
  *   POST /floor-5rt/charges  the earlier protocol, one statement per round trip (claim, BEGIN, INSERT, complete, COMMIT)
  *   POST /floor-prepared/charges  that one with claim and completion as named prepared statements
+ *   POST /floor-memory/charges  a replay from memory by hand (HandWrittenMemoryReplay), around the nodb handler
  *   POST /nodb/charges   no database work at all (it waits `delayMs` when given, as the handler does)
  * The realistic routes run `createRealisticCharge` (a read, three inserts
  * and a call to the slow service, all inside the transaction):
@@ -30,12 +31,17 @@ import {
   ConflictException,
   Controller,
   Headers,
+  Injectable,
   Module,
   Post,
   Req,
   Res,
   UnprocessableEntityException,
+  UseInterceptors,
+  type CallHandler,
+  type ExecutionContext,
   type INestApplication,
+  type NestInterceptor,
 } from '@nestjs/common';
 import { HttpAdapterHost, NestFactory } from '@nestjs/core';
 import { ExpressAdapter, type NestExpressApplication } from '@nestjs/platform-express';
@@ -48,6 +54,7 @@ import { Session } from 'node:inspector';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
+import { of, tap, type Observable } from 'rxjs';
 import type { DataSource, EntityManager, Logger as TypeOrmLogger } from 'typeorm';
 import { DEFAULT_LEASE_MS, DEFAULT_TTL_MS } from '../src/idempotency.constants.js';
 import { FENCE_LOST_SQLSTATE, keyStoreStatements } from '../src/store/key-store.sql.js';
@@ -436,6 +443,36 @@ function handWrittenFingerprint(method: string, url: string, body: unknown): str
 }
 
 type FloorRequest = { method: string; url: string };
+
+/**
+ * A replay from memory written by hand, the least such a replay can cost inside Nest: an interceptor reads the key,
+ * finds the answer this process completed in a Map (checked against a hash of the method, path and body), sets the
+ * replay's status and header and hands the stored value to Nest, which serializes and sends it. Nothing bounds the
+ * Map or expires it, and nothing stands between concurrent duplicates: a floor, not an implementation.
+ */
+@Injectable()
+class HandWrittenMemoryReplay implements NestInterceptor {
+  private readonly answers = new Map<string, { fingerprint: string; value: unknown }>();
+
+  constructor(private readonly adapterHost: HttpAdapterHost) {}
+
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    const http = context.switchToHttp();
+    const request = http.getRequest<FloorRequest & { headers: Record<string, string | undefined>; body: unknown }>();
+    const key = request.headers['idempotency-key'];
+    if (!key) throw new BadRequestException('Idempotency-Key is required');
+    const fingerprint = handWrittenFingerprint(request.method, request.url, request.body);
+    const known = this.answers.get(key);
+    if (known) {
+      if (known.fingerprint !== fingerprint) throw new UnprocessableEntityException('Another request used this key');
+      const { httpAdapter } = this.adapterHost;
+      httpAdapter.setHeader(http.getResponse(), 'Idempotent-Replayed', 'true');
+      httpAdapter.status(http.getResponse(), 201);
+      return of(known.value);
+    }
+    return next.handle().pipe(tap((value) => this.answers.set(key, { fingerprint, value })));
+  }
+}
 /** The floor sets the replay's status and header itself and lets Nest send its return value. */
 const PASS = { passthrough: true };
 
@@ -538,6 +575,12 @@ class ChargesController {
       this.adapterHost.httpAdapter.status(response, outcome.status);
     }
     return outcome.value;
+  }
+
+  @Post('floor-memory/charges')
+  @UseInterceptors(HandWrittenMemoryReplay)
+  async memoryFloor(@Body() body: ChargeBody) {
+    return chargeView('0', new Date(), body);
   }
 
   @Post('nodb/charges')

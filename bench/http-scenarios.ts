@@ -32,6 +32,7 @@ export type VariantName =
   | 'replay'
   | 'replayFromMemory'
   | 'floorReplay'
+  | 'floorReplayFromMemory'
   | 'nodb'
   | 'requestTransaction'
   | 'realisticBare'
@@ -54,9 +55,9 @@ interface Variant {
   path: string;
   /**
    * `replay`: keys completed before the run; `memory`: the same, completed on the replayFromMemory route; `floor`:
-   * completed on the hand-written floor's route.
+   * completed on the hand-written floor's route; `floorMemory`: on the hand-written replay from memory's.
    */
-  keys: 'new' | 'replay' | 'memory' | 'floor';
+  keys: 'new' | 'replay' | 'memory' | 'floor' | 'floorMemory';
   body?: 'big';
   connections?: 'peer';
   what: string;
@@ -94,6 +95,11 @@ export const VARIANTS: Record<VariantName, Variant> = {
     path: '/floor/charges',
     keys: 'floor',
     what: "completed keys replayed by the hand-written floor: the claim alone, one round trip (a replay's floor)",
+  },
+  floorReplayFromMemory: {
+    path: '/floor-memory/charges',
+    keys: 'floorMemory',
+    what: "keys replayed from memory by a hand-written interceptor around the nodb handler (a replay from memory's floor)",
   },
   nodb: { path: '/nodb/charges', keys: 'new', what: 'no database work at all' },
   requestTransaction: {
@@ -258,6 +264,12 @@ export async function runHttpScenarios(
       VARIANTS.replayFromMemory.path,
     );
     const floorKeys = await createCompletedKeys(app, config, `floor-${adapter}-${randomUUID()}`, VARIANTS.floorReplay.path);
+    const floorMemoryKeys = await createCompletedKeys(
+      app,
+      config,
+      `floor-memory-${adapter}-${randomUUID()}`,
+      VARIANTS.floorReplayFromMemory.path,
+    );
     await vacuumAnalyze(db);
     const bodies = { big: bigBody(config.bigBodyBytes) };
 
@@ -268,7 +280,7 @@ export async function runHttpScenarios(
       app,
       order,
       config,
-      { cpu, keyUpdates, bigBody: bodies.big, replayKeys, memoryKeys, floorKeys },
+      { cpu, keyUpdates, bigBody: bodies.big, replayKeys, memoryKeys, floorKeys, floorMemoryKeys },
       log,
     );
 
@@ -326,6 +338,7 @@ export async function measureVariants<N extends VariantName>(
     replayKeys?: string[];
     memoryKeys?: string[];
     floorKeys?: string[];
+    floorMemoryKeys?: string[];
   },
   log: (line: string) => void,
 ): Promise<Record<N, VariantResult>> {
@@ -341,8 +354,13 @@ export async function measureVariants<N extends VariantName>(
     const rotated = [...order.slice(round % order.length), ...order.slice(0, round % order.length)];
     for (const name of rotated) {
       const variant = VARIANTS[name];
-      const replayKeys =
-        variant.keys === 'memory' ? options.memoryKeys : variant.keys === 'floor' ? options.floorKeys : options.replayKeys;
+      const replayKeys = {
+        new: undefined,
+        replay: options.replayKeys,
+        memory: options.memoryKeys,
+        floor: options.floorKeys,
+        floorMemory: options.floorMemoryKeys,
+      }[variant.keys];
       if (variant.keys !== 'new' && !replayKeys?.length) throw new Error(`Variant ${name} replays keys, and none were made.`);
       const key = variant.keys === 'new' ? () => randomUUID() : () => replayKeys![replayIndex++ % replayKeys!.length];
       const body = variant.body === 'big' ? options.bigBody : BODY;

@@ -73,10 +73,15 @@ async function main(): Promise<void> {
           const floorKeys = routes.includes('floorReplay')
             ? await createCompletedKeys(app, config, `profile-floor-${randomUUID()}`, VARIANTS.floorReplay.path)
             : [];
+          const floorMemoryKeys = routes.includes('floorReplayFromMemory')
+            ? await createCompletedKeys(app, config, `profile-floor-memory-${randomUUID()}`, VARIANTS.floorReplayFromMemory.path)
+            : [];
           await vacuumAnalyze(db);
           let replayIndex = 0;
           const keysOf = (route: VariantName) =>
-            VARIANTS[route].keys === 'memory' ? memoryKeys : VARIANTS[route].keys === 'floor' ? floorKeys : replayKeys;
+            ({ new: [], replay: replayKeys, memory: memoryKeys, floor: floorKeys, floorMemory: floorMemoryKeys })[
+              VARIANTS[route].keys
+            ];
           const big = routes.some((route) => VARIANTS[route].body === 'big') ? bigBody(config.bigBodyBytes) : undefined;
           // The big-body routes as the bench loads them: the ~1 MiB body, with the bench's connections for it.
           const loadOf = (route: VariantName) => ({

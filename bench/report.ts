@@ -152,6 +152,8 @@ export function targetRows(
     for (const [variant, baseline, label] of [
       ['floorReplay', 'bare', 'hand-written replay (the floor) / bare handler'],
       ['replay', 'floorReplay', 'replay from the database / its hand-written floor'],
+      ['floorReplayFromMemory', 'nodb', 'hand-written replay from memory (the floor) / the route with no database work'],
+      ['replayFromMemory', 'floorReplayFromMemory', 'replay from memory / its hand-written floor'],
     ] as const) {
       const serverCpu = serverCpuRatio(v[variant], v[baseline]);
       add({
