@@ -117,7 +117,7 @@ describe('the root entry (nest-idempotency-pg)', () => {
       store: ['IdempotencyStore', 'beginAttempt'],
       clsTransactional: ['clsTransactional'],
       typeormTransactional: ['typeormTransactional'],
-      drizzle: ['DrizzleTransactionHost', 'IdempotencyDrizzleModule'],
+      drizzle: ['DrizzleTransactionHost', 'IdempotencyDrizzleModule', 'clsTransactionalDrizzle'],
     });
   });
 });

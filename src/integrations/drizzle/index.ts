@@ -5,6 +5,7 @@
  * with its Drizzle adapter) are optional peers, loaded at start-up; only
  * Drizzle's types are named here.
  */
+export { clsTransactionalDrizzle, type ClsTransactionalDrizzleOptions } from './cls-transactional-drizzle.js';
 export type { DrizzleDatabase } from './drizzle-binding.js';
 export { DrizzleTransactionHost } from './drizzle-transaction-host.js';
 export {
