@@ -8,7 +8,15 @@ import { eq, sql, type Logger as DrizzleLogger } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { bigserial, pgTable, text } from 'drizzle-orm/pg-core';
 import pg from 'pg';
-import { Idempotent, IdempotencyModule, ProblemType, TransactionHost } from '../src/index.js';
+import {
+  Idempotent,
+  IdempotencyModule,
+  IdempotencyService,
+  Phased,
+  ProblemType,
+  TransactionHost,
+  type Phases,
+} from '../src/index.js';
 import { DrizzleTransactionHost, IdempotencyDrizzleModule, type DrizzleDatabase } from '../src/integrations/drizzle/index.js';
 import { createTables, databaseUrl, dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
 import { post, sleep } from './support/http.js';
@@ -48,6 +56,7 @@ function controller(appDb: Db, kept: { db?: Db }) {
     constructor(
       private readonly drizzle: DrizzleTransactionHost<typeof tables>,
       private readonly moduleTx: TransactionHost,
+      private readonly idempotency: IdempotencyService,
     ) {}
 
     /** One effect row through the host's Drizzle database; which transactions Drizzle and the module's manager saw. */
@@ -95,6 +104,31 @@ function controller(appDb: Db, kept: { db?: Db }) {
       const seen = await db.query.effects.findMany({ where: eq(effects.label, `${body.label}-nested`) });
       if (body.fail) throw new InternalServerErrorException('failed after its nested transaction');
       return { label: body.label, inner, outer: await txid(db), seen: seen.length };
+    }
+
+    /** Two phases, each its own transaction: the host's database follows each. */
+    @Post('phased')
+    @Idempotent({ phases: true })
+    async phased(@Body() body: Body, @Phased() phases: Phases) {
+      const phase = (name: string) =>
+        phases.run(name, async () => {
+          await this.drizzle.db.insert(effects).values({ tenant: 'drizzle', label: body.label });
+          const [module] = (await this.moduleTx.manager.query('SELECT txid_current()::text AS id')) as Array<{ id: string }>;
+          return { drizzleTx: await txid(this.drizzle.db), moduleTx: module.id };
+        });
+      const done = [await phase('debit'), await phase('credit')];
+      if (body.fail) throw new InternalServerErrorException('failed after its phases');
+      return { label: body.label, phases: done };
+    }
+
+    /** Work outside HTTP (a job, a consumer) through IdempotencyService.execute. */
+    @Post('jobs')
+    job(@Body() body: Body) {
+      return this.idempotency.execute({ tenant: 'tenant-a', key: `job-${body.label}`, payload: body, label: 'job' }, async () => {
+        await this.drizzle.db.insert(effects).values({ tenant: 'drizzle', label: body.label });
+        if (body.fail) throw new Error('the job failed after its write');
+        return { label: body.label, isTransactional: this.drizzle.isTransactional };
+      });
     }
 
     /** Keeps the bound database past its execution, as a bug would. */
@@ -299,6 +333,35 @@ describe.each(ADAPTERS)('Drizzle in the module’s transaction over %s', (adapte
     const params = JSON.stringify(logger.queries.map((q) => q.params));
     expect(params).not.toContain('secret');
     expect(params).not.toContain('tenant-a');
+  });
+
+  it('follows each phase’s transaction in a phased handler, and keeps the committed phases when it fails later', async () => {
+    const label = fresh('phased');
+    const response = await post(url, '/drizzle/phased', { label }, `k-${label}`);
+
+    expect(response.status).toBe(201);
+    const [debit, credit] = response.json().phases;
+    expect(debit.drizzleTx).toBe(debit.moduleTx);
+    expect(credit.drizzleTx).toBe(credit.moduleTx);
+    expect(debit.moduleTx).not.toBe(credit.moduleTx);
+    expect(await count(label)).toBe(2);
+
+    const failing = fresh('phased-fail');
+    expect((await post(url, '/drizzle/phased', { label: failing, fail: true }, `k-${failing}`)).status).toBe(500);
+    expect(await count(failing)).toBe(2);
+  });
+
+  it('writes in the transaction of IdempotencyService.execute, and rolls back with it', async () => {
+    const label = fresh('job');
+    const done = await post(url, '/drizzle/jobs', { label }, undefined);
+    expect(done.status).toBe(201);
+    expect(done.json().isTransactional).toBe(true);
+    expect(await count(label)).toBe(1);
+    expect((await keyRow(`job-${label}`))?.status).toBe('completed');
+
+    const failing = fresh('job-fail');
+    expect((await post(url, '/drizzle/jobs', { label: failing, fail: true }, undefined)).status).toBe(500);
+    expect(await count(failing)).toBe(0);
   });
 
   it('refuses statements through a bound database kept past its execution', async () => {
