@@ -3,7 +3,7 @@ import type pg from 'pg';
 import { ProblemType } from '../src/index.js';
 import { AppProcess } from './support/app-process.js';
 import { createTables, freshSchema, sqlClient } from './support/database.js';
-import { post } from './support/http.js';
+import { post, sleep, type RawResponse } from './support/http.js';
 import { ADAPTERS, type AdapterName } from './support/test-app.js';
 
 const APP = 'test/support/drizzle-cls-app.ts';
@@ -40,12 +40,15 @@ describe.each(ADAPTERS)('@nestjs-cls/transactional’s Drizzle adapter joined ov
     (await db.query('SELECT status FROM idempotency_keys WHERE tenant_id = $1 AND key = $2', ['tenant-a', key])).rows[0] as
       { status: string } | undefined;
 
+  let schema: string;
+  const env = () => ({ APP_SCHEMA: schema, HTTP_ADAPTER: adapter });
+
   beforeAll(async () => {
-    const schema = await freshSchema(`drizzle_cls_${adapter}`);
+    schema = await freshSchema(`drizzle_cls_${adapter}`);
     await createTables(schema);
     db = await sqlClient(schema);
     await installCommitJudge(db);
-    app = await AppProcess.start(APP, { APP_SCHEMA: schema, HTTP_ADAPTER: adapter });
+    app = await AppProcess.start(APP, env());
   });
   afterAll(async () => {
     await app?.stop();
@@ -132,6 +135,34 @@ describe.each(ADAPTERS)('@nestjs-cls/transactional’s Drizzle adapter joined ov
       expect(await count(label)).toBe(1);
     },
   );
+
+  it('loses the Drizzle writes with the process killed between the handler and the COMMIT; a retry runs once', async () => {
+    const label = fresh('crash');
+    const key = `k-${label}`;
+    const dying = app;
+    const lost = await post(dying.url, '/crashing-transfers', { label }, key).catch((error: Error) => error);
+    expect(await dying.exit()).toBe('SIGKILL');
+    // The answer never came: the connection died with the process.
+    expect(lost).toHaveProperty('code', 'ECONNRESET');
+    expect(await count(label)).toBe(0);
+    expect((await keyRow(key))?.status).toBe('in_flight');
+
+    // The same app, started again, whose crashing route no longer crashes; the crashed attempt's lease (1 s) must end.
+    app = await AppProcess.start(APP, { ...env(), CRASH: '0' });
+    let retry: RawResponse = await post(app.url, '/crashing-transfers', { label }, key);
+    for (let i = 0; i < 100 && retry.status === 409; i++) {
+      await sleep(250);
+      retry = await post(app.url, '/crashing-transfers', { label }, key);
+    }
+    const replay = await post(app.url, '/crashing-transfers', { label }, key);
+
+    expect(retry.status).toBe(201);
+    expect(retry.json().app).toBe(retry.json().module);
+    expect(await count(label)).toBe(1);
+    expect((await keyRow(key))?.status).toBe('completed');
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(await count(label)).toBe(1);
+  });
 });
 
 it('stops an app whose adapter manages no Drizzle database on node-postgres, with a message that says how to fix it', async () => {

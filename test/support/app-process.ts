@@ -60,6 +60,12 @@ export class AppProcess {
     return new Promise((resolve) => this.waiting.push({ pattern, resolve }));
   }
 
+  /** Resolves once the process has exited, with its signal. */
+  async exit(): Promise<NodeJS.Signals | null> {
+    await this.closed;
+    return this.child.signalCode;
+  }
+
   async stop(): Promise<void> {
     if (!this.exited) this.child.kill('SIGKILL');
     await this.closed;

@@ -7,8 +7,9 @@
  *
  * Env: DATABASE_URL, APP_SCHEMA, HTTP_ADAPTER (`express` | `fastify`),
  * MISCONFIGURE (`1`: the adapter is given something that is not a Drizzle
- * database on node-postgres, so start-up must fail). Prints `listening
- * <port>` once up, or `failed <name>: <message>`.
+ * database on node-postgres, so start-up must fail), CRASH (`0`: the crashing
+ * route no longer kills the process just before the module's COMMIT).
+ * Prints `listening <port>` once up, or `failed <name>: <message>`.
  */
 import 'reflect-metadata';
 import { Body, Controller, Global, Injectable, Module, Post, type INestApplication } from '@nestjs/common';
@@ -23,12 +24,24 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import { bigserial, pgTable, text } from 'drizzle-orm/pg-core';
 import { ClsModule } from 'nestjs-cls';
 import pg from 'pg';
+import { EventSubscriber, type EntitySubscriberInterface, type QueryRunner, type TransactionCommitEvent } from 'typeorm';
 import { clsTransactionalDrizzle } from '../../src/integrations/drizzle/index.js';
 import { Idempotent, IdempotencyModule, TransactionHost as ModuleTransactionHost } from '../../src/index.js';
 
 const schema = process.env.APP_SCHEMA!;
 const misconfigure = process.env.MISCONFIGURE === '1';
+const crashes = process.env.CRASH !== '0';
 const print = (line: string) => process.stdout.write(`${line}\n`);
+
+/** The module transactions this app is to die in (SIGKILL, nothing settles), just before their COMMIT. */
+const crashBeforeCommit = new WeakSet<QueryRunner>();
+
+@EventSubscriber()
+class CrashBeforeCommit implements EntitySubscriberInterface {
+  beforeTransactionCommit(event: TransactionCommitEvent): void {
+    if (crashBeforeCommit.has(event.queryRunner)) process.kill(process.pid, 'SIGKILL');
+  }
+}
 
 const effects = pgTable('effects', {
   id: bigserial('id', { mode: 'number' }).primaryKey(),
@@ -136,6 +149,14 @@ class TransfersController {
     return { label: body.label, app, module: await this.moduleTxid() };
   }
 
+  @Post('crashing-transfers')
+  @Idempotent({ lease: '1s', heartbeat: false })
+  async crashing(@Body() body: Body) {
+    const done = await this.transfer(body);
+    if (crashes) crashBeforeCommit.add(this.moduleTx.manager.queryRunner!);
+    return done;
+  }
+
   /** Not idempotent: the method opens and commits a transaction of its own, as always. */
   @Post('plain-transfers')
   async plain(@Body() body: Body) {
@@ -161,6 +182,7 @@ class TransfersController {
       type: 'postgres',
       url: process.env.DATABASE_URL,
       extra: { options: `-c search_path=${schema}`, max: 6 },
+      subscribers: [CrashBeforeCommit],
       retryAttempts: 0,
     }),
     IdempotencyModule.forRoot({
