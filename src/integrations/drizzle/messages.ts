@@ -5,8 +5,9 @@ export const drizzleMessages = {
     `${who}: the database given is not a Drizzle database on node-postgres. Give the one drizzle() of ` +
     "'drizzle-orm/node-postgres' returns (e.g. drizzle(pool, { schema })); other drivers are not supported.",
   noConnection:
-    'nest-idempotency-pg/drizzle: the idempotent execution has no connection of its own to bind Drizzle to. This is a ' +
-    'bug: please report it.',
+    "nest-idempotency-pg/drizzle: the idempotent execution's transaction has no node-postgres connection to bind Drizzle " +
+    "to: its EntityManager has no connected query runner. A store of one's own must give the work the EntityManager of a " +
+    'TypeORM postgres query runner in its transaction.',
   ended:
     "A Drizzle transaction of an idempotent execution was used after that execution's transaction ended (or outside " +
     'it): its statements would run on a connection another request may hold. Read DrizzleTransactionHost#db (or ' +
