@@ -391,3 +391,20 @@ describe.each(ADAPTERS)('Drizzle in the module’s transaction over %s', (adapte
     expect(app.get(DrizzleTransactionHost).db).toBe(appDb);
   });
 });
+
+describe('IdempotencyDrizzleModule given something else than a Drizzle database on node-postgres', () => {
+  it.each([
+    ['an empty object', {}],
+    ['an object with a transaction()', { transaction: async () => undefined }],
+    ['undefined', undefined],
+  ])('stops the app at start-up with a message that says how to fix it: %s', async (_name, db) => {
+    @Module({ imports: [IdempotencyDrizzleModule.forRoot({ db: db as never })] })
+    class MisconfiguredModule {}
+
+    await expect(
+      NestFactory.createApplicationContext(MisconfiguredModule, { logger: false, abortOnError: false }),
+    ).rejects.toThrow(
+      /^IdempotencyDrizzleModule: the database given is not a Drizzle database on node-postgres\. Give the one drizzle\(\) of 'drizzle-orm\/node-postgres' returns/,
+    );
+  });
+});
