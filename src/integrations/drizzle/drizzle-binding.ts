@@ -110,8 +110,9 @@ export class DrizzleBinding<TSchema extends Record<string, unknown> = Record<str
   }
 
   /**
-   * The Drizzle database to use where `context` is: bound to its transaction
-   * while an idempotent execution runs, the app's own database otherwise.
+   * The Drizzle database to use where this is called: bound to the
+   * transaction of the idempotent execution it runs in, the app's own
+   * database outside one.
    */
   current(): DrizzleDatabase<TSchema> {
     const context = idempotencyContext.getStore();
