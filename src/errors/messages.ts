@@ -222,8 +222,9 @@ export const messages = {
   /** The app's own transaction manager (the module's `transactionManager`). */
   transactionManager: {
     invalid:
-      'IdempotencyModule: `transactionManager` must be what clsTransactional() (nest-idempotency-pg/cls-transactional) or ' +
-      'typeormTransactional() (nest-idempotency-pg/typeorm-transactional) returns, or an object with setUp() and join().',
+      'IdempotencyModule: `transactionManager` must be what clsTransactional() (nest-idempotency-pg/cls-transactional), ' +
+      'typeormTransactional() (nest-idempotency-pg/typeorm-transactional) or clsTransactionalDrizzle() ' +
+      '(nest-idempotency-pg/drizzle) returns, or an object with setUp() and join().',
     notSetUp: (name: string) =>
       `${name} was used before IdempotencyModule set it up at start-up: give it to IdempotencyModule.forRoot({ ` +
       'transactionManager }) (or forRootAsync), and start the app with app.init() or app.listen().',
