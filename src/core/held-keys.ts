@@ -1,5 +1,14 @@
+import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ClaimRef, IdempotencyStore, OpenAttempt, PhaseState, StoredResponse } from './idempotency-store.js';
+import type {
+  ClaimRef,
+  ClaimRequest,
+  ClaimResult,
+  IdempotencyStore,
+  OpenAttempt,
+  PhaseState,
+  StoredResponse,
+} from './idempotency-store.js';
 import type { ClaimInfo, WorkScope } from './work.js';
 
 /** A claim this attempt holds, and until when (by this process's clock: only for `Retry-After` hints). */
@@ -8,6 +17,34 @@ export interface Held {
   claim: ClaimInfo;
   phases: PhaseState;
   leaseEndsAt: number;
+}
+
+/** A claim of `work`'s key by a new attempt, with an owner token of its own. */
+export function claimRequest(work: WorkScope): ClaimRequest {
+  return {
+    tenant: work.tenant,
+    key: work.key,
+    ownerToken: randomUUID(),
+    fingerprint: work.fingerprint,
+    leaseMs: work.leaseMs,
+    ttlMs: work.ttlMs,
+  };
+}
+
+/** What an attempt holds once `request` claimed its key. */
+export function heldBy(work: WorkScope, request: ClaimRequest, claim: Extract<ClaimResult, { state: 'claimed' }>): Held {
+  const info: ClaimInfo = { attempt: claim.attempt, generation: claim.generation };
+  return {
+    ref: { tenant: request.tenant, key: request.key, ownerToken: request.ownerToken },
+    claim: info,
+    phases: claim.phases,
+    leaseEndsAt: Date.now() + work.leaseMs,
+  };
+}
+
+/** Seconds until `held`'s lease ends, at least one: a `Retry-After` hint. */
+export function leaseSecondsLeft(held: Held): number {
+  return Math.max(1, Math.ceil((held.leaseEndsAt - Date.now()) / 1000));
 }
 
 /** An attempt that owns its key. `transaction` is the work's open one, absent for phased work (each phase opens its own). */
