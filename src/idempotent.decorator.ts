@@ -1,7 +1,7 @@
 import { SetMetadata, UseInterceptors } from '@nestjs/common';
 import { IDEMPOTENT_METADATA, SKIP_IDEMPOTENCY_METADATA } from './idempotency.constants.js';
 import { IdempotencyInterceptor } from './transports/idempotency.interceptor.js';
-import { isEntryPoint } from './http/route-settings.js';
+import { isEntryPoint } from './http/resolve-route-settings.js';
 import type { IdempotencyRouteOptions } from './idempotency.options.js';
 import { idempotencyContext } from './transaction/idempotency-context.js';
 
