@@ -1,9 +1,8 @@
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { StoredResponse } from '../core/idempotency-store.js';
+import { sendOnResponse, type Replacement } from './replacement.js';
 import {
-  groupHeaders,
   hasBody,
-  headersReplacedBy,
   ResponseNotSentError,
   storedHeaderNames,
   storedPairs,
@@ -36,7 +35,7 @@ export class WireCapture implements ResponseCapture {
   private writes: Call[] = [];
   private heldBytes = 0;
   private endCall?: Call;
-  private replacement?: { response: StoredResponse; headers: ExtraHeaders };
+  private replacement?: Replacement;
   private settled = false;
   private listeners: Array<() => void> = [];
   refusal?: Error;
@@ -140,33 +139,16 @@ export class WireCapture implements ResponseCapture {
     for (const listener of listeners) listener();
   }
 
-  private send({ response, headers }: { response: StoredResponse; headers: ExtraHeaders }): void {
+  private send(replacement: Replacement): void {
     if (this.settled) return;
     this.settled = true;
     this.restore();
-    const res = this.res;
-    if (res.headersSent) {
+    if (this.res.headersSent) {
       // Something flushed the head already; all that can be done is to end it.
-      res.end();
+      this.res.end();
       return;
     }
-    for (const [name, value] of headerEntries(this.writeHeadCall).values()) res.setHeader(name, value);
-    for (const name of headersReplacedBy(this.stored)) res.removeHeader(name);
-    const body = response.body;
-    const length = body && body.length > 0 && hasBody(response.status) ? body.length : undefined;
-    for (const [name, value] of groupHeaders([...response.headers, ...headers])) {
-      // Put back in its place among the stored headers, with the length of the bytes sent now.
-      if (name.toLowerCase() === 'content-length') {
-        if (length !== undefined) res.setHeader(name, length);
-      } else res.setHeader(name, value);
-    }
-    res.statusCode = response.status;
-    if (length !== undefined) {
-      if (!res.hasHeader('content-length')) res.setHeader('content-length', length);
-      res.end(body);
-    } else {
-      res.end();
-    }
+    sendOnResponse(this.res, headerEntries(this.writeHeadCall), this.stored, replacement);
   }
 
   /** The held response: status, the stored headers as they stand, and the body bytes. */
