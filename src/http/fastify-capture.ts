@@ -1,5 +1,3 @@
-import { Injectable, type OnModuleInit } from '@nestjs/common';
-import { HttpAdapterHost } from '@nestjs/core';
 import type { StoredResponse } from '../core/idempotency-store.js';
 import { applyToReply, type Replacement } from './replacement.js';
 import {
@@ -15,12 +13,12 @@ import { ResponseTooLargeError, UnreplayableResponseError } from './unreplayable
 import { WireCapture } from './wire-capture.js';
 import type { FastifyReplyLike } from './fastify-reply.js';
 
-type OnSendDone = (error: Error | null, payload?: unknown) => void;
+export type OnSendDone = (error: Error | null, payload?: unknown) => void;
 
 /** The capture of each reply in flight, found by the onSend hook. */
 const captures = new WeakMap<object, FastifyReplyCapture>();
 /** Fastify instances the hook was added to; their child instances inherit it (and have them as prototypes). */
-const hooked = new WeakSet<object>();
+export const hooked = new WeakSet<object>();
 
 /** Whether the replies of `reply`'s Fastify instance go through the capture hook. */
 export function hasCaptureHook(reply: FastifyReplyLike): boolean {
@@ -40,41 +38,10 @@ export function hasCaptureHook(reply: FastifyReplyLike): boolean {
  * request's `Accept-Encoding`, a digest, the cookie plugin's `Set-Cookie`)
  * like any other answer.
  */
-function captureOnSend(_request: unknown, reply: object, payload: unknown, done: OnSendDone): void {
+export function captureOnSend(_request: unknown, reply: object, payload: unknown, done: OnSendDone): void {
   const capture = captures.get(reply);
   if (capture) capture.onSend(payload, done);
   else done(null, payload);
-}
-
-/**
- * Adds the capture hook to the app's Fastify instance. It goes in when the
- * module is instantiated, before the app registers its plugins in `main.ts`
- * (`NestFactory.create`), so that it is the first `onSend` hook; an app
- * built through `Test.createTestingModule` gets it when it initialises.
- */
-@Injectable()
-export class FastifyCaptureHook implements OnModuleInit {
-  constructor(private readonly adapterHost: HttpAdapterHost) {
-    this.install();
-  }
-
-  onModuleInit(): void {
-    this.install();
-  }
-
-  private install(): void {
-    const adapter = this.adapterHost?.httpAdapter;
-    if (!adapter || adapter.getType() !== 'fastify') return;
-    const instance = adapter.getInstance<{ addHook(name: 'onSend', hook: typeof captureOnSend): unknown }>();
-    if (hooked.has(instance)) return;
-    try {
-      instance.addHook('onSend', captureOnSend);
-    } catch {
-      // Started already (a module loaded lazily after listen()): its replies are held at reply.raw instead.
-      return;
-    }
-    hooked.add(instance);
-  }
 }
 
 /**
