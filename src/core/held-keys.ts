@@ -9,6 +9,7 @@ import type {
   PhaseState,
   StoredResponse,
 } from './idempotency-store.js';
+import { limitHold } from './hold-limit.js';
 import type { ClaimInfo, WorkScope } from './work.js';
 
 /** A claim this attempt holds, and until when (by this process's clock: only for `Retry-After` hints). */
@@ -101,7 +102,7 @@ export class HeldKeys<Tx> {
   /**
    * Starts holding `claimed` while its work runs: visible here, with the
    * heartbeat (separate claims) or the hold limit (an attempt nobody can take
-   * over). Returns the settle function: a duplicate waiting here learns the
+   * over: see `hold-limit.ts`). Returns the settle function: a duplicate waiting here learns the
    * outcome only through it, after the commit.
    */
   hold(work: WorkScope, claimed: Claimed<Tx>): (response: StoredResponse | undefined) => void {
@@ -121,7 +122,7 @@ export class HeldKeys<Tx> {
       claimed.mode === 'separate' && work.heartbeat ? this.heartbeat(claimed.held, work, warnOnce) : undefined;
     const stopHoldLimit =
       claimed.mode === 'request-transaction' || claimed.transaction?.holdsKeyLock
-        ? this.holdLimit(claimed, work, warnOnce)
+        ? limitHold(claimed, work, warnOnce)
         : undefined;
     return (response) => {
       stopHeartbeat?.();
@@ -178,29 +179,6 @@ export class HeldKeys<Tx> {
     // A pending renewal must not keep a process alive that is otherwise done.
     timer.unref?.();
     return () => clearInterval(timer);
-  }
-
-  /**
-   * Bounds the hold on its key of an attempt nobody can take over: at
-   * `maxHoldMs` from the claim the store ends its transaction (rolled back,
-   * whatever the work is doing), so a hung handler keeps neither its key nor
-   * its connection, and the attempt answers 409 lease-lost.
-   */
-  private holdLimit(claimed: Claimed<Tx>, work: WorkScope, onHoldExceeded: () => void): (() => void) | undefined {
-    const transaction = claimed.transaction;
-    if (!transaction?.abort) return undefined;
-    const timer = setTimeout(
-      () => {
-        claimed.holdExceeded = true;
-        // This process's duplicates ask the store from now on: the key is free once the transaction has ended.
-        claimed.held.leaseEndsAt = 0;
-        onHoldExceeded();
-        transaction.abort!().catch(() => undefined);
-      },
-      work.maxHoldMs ?? work.leaseMs * 10,
-    );
-    timer.unref?.();
-    return () => clearTimeout(timer);
   }
 }
 
