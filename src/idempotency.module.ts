@@ -10,7 +10,7 @@ import {
   IDEMPOTENCY_OBSERVER,
   IDEMPOTENCY_OPTIONS,
 } from './idempotency.constants.js';
-import { FastifyCaptureHook } from './http/fastify-capture.js';
+import { FastifyCaptureHook } from './http/fastify-capture-hook.js';
 import { IdempotentRoutes } from './http/route-settings.js';
 import { IdempotencyInterceptor } from './transports/idempotency.interceptor.js';
 import { IdempotencyRuntime } from './transports/run-idempotent.js';

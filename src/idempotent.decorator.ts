@@ -1,14 +1,12 @@
 import { SetMetadata, UseInterceptors } from '@nestjs/common';
 import { IDEMPOTENT_METADATA, SKIP_IDEMPOTENCY_METADATA } from './idempotency.constants.js';
 import { IdempotencyInterceptor } from './transports/idempotency.interceptor.js';
-import { isEntryPoint } from './http/route-settings.js';
+import { isEntryPoint } from './http/resolve-route-settings.js';
 import type { IdempotencyRouteOptions } from './idempotency.options.js';
-import { idempotencyContext } from './transaction/idempotency-context.js';
+import { markHandlerStart } from './transaction/mark-handler-start.js';
 
 /** One interceptor for every kind of entry point: it hands messages and GraphQL mutations to theirs. */
 const INTERCEPTORS = [IdempotencyInterceptor];
-
-const MARKED = Symbol('nest-idempotency:marked-handler');
 
 /**
  * Makes a route (or every route of a controller) idempotent. Options override
@@ -44,26 +42,6 @@ export function Idempotent(options: IdempotencyRouteOptions = {}): ClassDecorato
  */
 export function SkipIdempotency(skip = true): ClassDecorator & MethodDecorator {
   return SetMetadata(SKIP_IDEMPOTENCY_METADATA, skip);
-}
-
-/**
- * Wraps a route handler so the request context records when its body starts:
- * an error before that (a validation pipe) means nothing ran and the key is
- * released. Nest keeps its route metadata on the function, so it is copied.
- */
-function markHandlerStart(handler: (...args: unknown[]) => unknown): (...args: unknown[]) => unknown {
-  if ((handler as { [MARKED]?: boolean })[MARKED]) return handler;
-  const marked = function (this: unknown, ...args: unknown[]): unknown {
-    const context = idempotencyContext.getStore();
-    if (context) context.handlerStarted = true;
-    return handler.apply(this, args);
-  };
-  Object.defineProperty(marked, 'name', { value: handler.name });
-  for (const key of Reflect.getOwnMetadataKeys(handler)) {
-    Reflect.defineMetadata(key, Reflect.getOwnMetadata(key, handler), marked);
-  }
-  Object.defineProperty(marked, MARKED, { value: true });
-  return marked;
 }
 
 /** The own and inherited methods of `prototype` that Nest calls as entry points (see `isEntryPoint`). */

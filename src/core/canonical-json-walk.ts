@@ -1,7 +1,7 @@
 import { UnrepresentableInputError } from './errors.js';
 
-// The walk and the writers behind `canonicalJson` (fingerprint.ts): what makes plain JSON data ready for the
-// engine's serializer, what must be written by hand, and the general writer for anything that is not plain data.
+// The walk behind `canonicalJson` (fingerprint.ts): what makes plain JSON data ready for the engine's serializer, and
+// what must be written by hand (see canonical-json-writers.ts).
 
 /**
  * Deepest nesting of arrays and objects a fingerprinted value may have. Far
@@ -22,7 +22,7 @@ export const PIECE_CHARS = 16 * 1024;
  * An object that a fresh plain object cannot hold in canonical key order:
  * its keys in that order and their canonical values, written key by key.
  */
-class OrderedMembers {
+export class OrderedMembers {
   constructor(
     readonly keys: readonly string[],
     readonly values: readonly unknown[],
@@ -159,7 +159,7 @@ export interface Prepared {
 }
 
 /** Containers `emit` writes itself, each with its estimated length of text. */
-type ByHand = ReadonlyMap<object, number>;
+export type ByHand = ReadonlyMap<object, number>;
 export const NONE_BY_HAND: ByHand = new Map();
 
 /** Integer-like keys (a superset of array indices, which every object enumerates first, in numeric order). */
@@ -199,128 +199,5 @@ function enumeratesAsSorted(sorted: readonly string[]): boolean {
   return true;
 }
 
-function isByHand(value: unknown, byHand: ByHand): boolean {
-  return value instanceof OrderedMembers || (typeof value === 'object' && value !== null && byHand.has(value));
-}
-
-/**
- * Writes a prepared value (see `prepare`) to `out`: what `JSON.stringify`
- * can write in one piece through it, the rest here. False when the value
- * has no JSON form (undefined, a function, a symbol), as `JSON.stringify`
- * answers undefined.
- */
-export function emit(value: unknown, byHand: ByHand, out: (piece: string) => void): boolean {
-  if (!isByHand(value, byHand)) {
-    const text = JSON.stringify(value) as string | undefined;
-    if (text === undefined) return false;
-    out(text);
-    return true;
-  }
-  if (value instanceof OrderedMembers) {
-    emitMembers(value.keys, value.values, byHand, out);
-  } else if (Array.isArray(value)) {
-    emitItems(value, byHand.get(value) ?? 0, byHand, out);
-  } else {
-    const object = value as Record<string, unknown>;
-    const keys = Object.keys(object);
-    emitMembers(
-      keys,
-      keys.map((key) => object[key]),
-      byHand,
-      out,
-    );
-  }
-  return true;
-}
-
-function emitMembers(keys: readonly string[], values: readonly unknown[], byHand: ByHand, out: (piece: string) => void): void {
-  out('{');
-  let first = true;
-  for (let i = 0; i < keys.length; i++) {
-    const value = values[i];
-    // Left out, as JSON.stringify leaves out members with no JSON form.
-    if (value === undefined || typeof value === 'function' || typeof value === 'symbol') continue;
-    out(`${first ? '' : ','}${quote(keys[i])}:`);
-    emit(value, byHand, out);
-    first = false;
-  }
-  out('}');
-}
-
-/** A large array's items, in runs of about `PIECE_CHARS` serialized at once (one `JSON.stringify` of a slice). */
-function emitItems(items: readonly unknown[], length: number, byHand: ByHand, out: (piece: string) => void): void {
-  out('[');
-  const run = Math.max(1, Math.floor((PIECE_CHARS * items.length) / Math.max(length, 1)));
-  let i = 0;
-  while (i < items.length) {
-    if (i > 0) out(',');
-    if (isByHand(items[i], byHand)) {
-      emit(items[i], byHand, out);
-      i++;
-      continue;
-    }
-    let end = i + 1;
-    while (end < items.length && end - i < run && !isByHand(items[end], byHand)) end++;
-    // A slice's text less its brackets; an item with no JSON form is null in an array, as JSON.stringify writes it.
-    out(
-      end - i === 1
-        ? ((JSON.stringify(items[i]) as string | undefined) ?? 'null')
-        : JSON.stringify(items.slice(i, end)).slice(1, -1),
-    );
-    i = end;
-  }
-  out(']');
-}
-
-const LONE_SURROGATE = 'a string holds a lone surrogate (half of a UTF-16 pair)';
-
-export function write(value: unknown, depth: number): string | undefined {
-  switch (typeof value) {
-    case 'string':
-      return quote(value);
-    case 'number':
-      if (!Number.isFinite(value)) throw new UnrepresentableInputError('a number is out of range (it parses to Infinity or NaN)');
-      // The same as JSON.stringify for a finite number (ECMAScript's Number::toString), without its overhead.
-      return String(value);
-    case 'boolean':
-      return value ? 'true' : 'false';
-    case 'bigint':
-      throw new UnrepresentableInputError('a BigInt has no JSON representation');
-    case 'object':
-      break;
-    default:
-      // undefined, functions and symbols: left out of objects, null in arrays, as in JSON.
-      return undefined;
-  }
-  if (value === null) return 'null';
-  if (depth > MAX_FINGERPRINT_DEPTH) {
-    throw new UnrepresentableInputError(`it is nested deeper than ${MAX_FINGERPRINT_DEPTH} levels of arrays and objects`);
-  }
-  const json = (value as { toJSON?: unknown }).toJSON;
-  if (typeof json === 'function') return write(json.call(value), depth + 1);
-  if (Array.isArray(value)) {
-    let out = '[';
-    for (let i = 0; i < value.length; i++) out += (i === 0 ? '' : ',') + (write(value[i], depth + 1) ?? 'null');
-    return `${out}]`;
-  }
-  const object = value as Record<string, unknown>;
-  let out = '{';
-  let first = true;
-  for (const key of Object.keys(object).sort()) {
-    const member = write(object[key], depth + 1);
-    if (member === undefined) continue;
-    out += `${first ? '' : ','}${quote(key)}:${member}`;
-    first = false;
-  }
-  return `${out}}`;
-}
-
-/** Characters JSON.stringify escapes in a string (besides lone surrogates, refused before): quote, backslash, controls. */
-// eslint-disable-next-line no-control-regex -- the control characters are exactly what must be found
-const NEEDS_ESCAPING = /["\\\u0000-\u001f]/;
-
-/** A string as JSON: most need no escaping, and are quoted as they are. */
-function quote(text: string): string {
-  if (!(text as string & { isWellFormed(): boolean }).isWellFormed()) throw new UnrepresentableInputError(LONE_SURROGATE);
-  return NEEDS_ESCAPING.test(text) ? JSON.stringify(text) : `"${text}"`;
-}
+/** Why a string (or a key) has no canonical form. */
+export const LONE_SURROGATE = 'a string holds a lone surrogate (half of a UTF-16 pair)';

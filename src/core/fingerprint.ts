@@ -1,5 +1,6 @@
 import { createHash, type Hash } from 'node:crypto';
-import { emit, NONE_BY_HAND, PIECE_CHARS, prepare, write, type Prepared } from './canonical-json-walk.js';
+import { NONE_BY_HAND, prepare } from './canonical-json-walk.js';
+import { HashChunks, writeCanonical } from './canonical-json-writers.js';
 import { UnrepresentableInputError } from './errors.js';
 
 export { MAX_FINGERPRINT_DEPTH } from './canonical-json-walk.js';
@@ -77,7 +78,8 @@ function updateWithBody(hash: Hash, body: unknown): void {
  * Written here rather than taken from the `canonicalize` package, whose
  * output it matches (a property test checks that): on a 1 MiB body the
  * package spent about 35 ms of CPU per request, mostly in a per-character
- * surrogate scan and string joins. See `writeCanonical` for how.
+ * surrogate scan and string joins. See `writeCanonical`
+ * (canonical-json-writers.ts) for how.
  *
  * @throws UnrepresentableInputError a lone surrogate, a non-finite number,
  *   a value with no JSON form (a BigInt, a function at the top), or nesting
@@ -98,65 +100,4 @@ function onePiece(value: unknown): string {
   const text = JSON.stringify(value) as string | undefined;
   if (text === undefined) throw new UnrepresentableInputError('the value has no JSON representation');
   return text;
-}
-
-/**
- * Writes the canonical JSON of `value` to `out`, piece by piece; the pieces
- * joined are the canonical text, and no piece splits a string of the value
- * (so each can be encoded as UTF-8 on its own: a surrogate pair never ends
- * up in two pieces). `prepared` is what `prepare` made of `value`.
- *
- * Plain JSON data (what a body parser makes) is first walked once
- * (`prepare`; a value it leaves nothing to write by hand for, most small
- * bodies, is then one `JSON.stringify`, see `onePiece`): the walk refuses what has no canonical form (lone
- * surrogates, non-finite numbers, hostile depth, on its way down rather
- * than by overflowing the stack), and gives back a value whose own
- * `JSON.stringify` is the canonical text: the same objects where their
- * keys are already in canonical order (most small bodies: no copy at all),
- * fresh plain objects with the keys inserted in sorted order where they are
- * not. The engine's serializer then writes it on its fast path, without a
- * property list. (The property list was the previous way: the serializer
- * looks every listed key up in every object, and its output on a 1 MiB
- * body is a tree of thousands of pieces that hashing must first copy into
- * one flat string and then once more into a 1 MiB UTF-8 buffer: large
- * fresh allocations, each a few milliseconds of page faults here.)
- *
- * Large values (past `PIECE_CHARS`, estimated on the walk) are not written
- * as one string: their containers are written here and their members
- * serialized in runs of about `PIECE_CHARS`, so hashing a 1 MiB body never
- * builds a 1 MiB string; and the few objects a fresh object cannot hold in
- * canonical order (integer-like keys, which every object enumerates first
- * and in numeric order; an own `__proto__`, which assignment would turn
- * into a prototype) are written here too, key by key. Anything that is not
- * plain data (a `toJSON`, a class instance, a Map, a boxed primitive) goes
- * through `write`, which uses `isWellFormed` and `JSON.stringify` for every
- * leaf.
- */
-function writeCanonical(value: unknown, prepared: Prepared | undefined, out: (piece: string) => void): void {
-  if (prepared === undefined) {
-    const text = write(value, 1);
-    if (text === undefined) throw new UnrepresentableInputError('the value has no JSON representation');
-    out(text);
-    return;
-  }
-  if (!emit(prepared.value, prepared.byHand, out)) throw new UnrepresentableInputError('the value has no JSON representation');
-}
-
-/** Feeds a hash pieces of text, joined into chunks of about `PIECE_CHARS` (one `update` per tiny piece costs more). */
-class HashChunks {
-  private pending = '';
-  constructor(private readonly hash: Hash) {}
-
-  readonly write = (piece: string): void => {
-    this.pending += piece;
-    if (this.pending.length >= PIECE_CHARS) {
-      this.hash.update(this.pending);
-      this.pending = '';
-    }
-  };
-
-  flush(): void {
-    if (this.pending !== '') this.hash.update(this.pending);
-    this.pending = '';
-  }
 }

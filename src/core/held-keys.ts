@@ -1,5 +1,15 @@
+import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ClaimRef, IdempotencyStore, OpenAttempt, PhaseState, StoredResponse } from './idempotency-store.js';
+import type {
+  ClaimRef,
+  ClaimRequest,
+  ClaimResult,
+  IdempotencyStore,
+  OpenAttempt,
+  PhaseState,
+  StoredResponse,
+} from './idempotency-store.js';
+import { limitHold } from './hold-limit.js';
 import type { ClaimInfo, WorkScope } from './work.js';
 
 /** A claim this attempt holds, and until when (by this process's clock: only for `Retry-After` hints). */
@@ -8,6 +18,34 @@ export interface Held {
   claim: ClaimInfo;
   phases: PhaseState;
   leaseEndsAt: number;
+}
+
+/** A claim of `work`'s key by a new attempt, with an owner token of its own. */
+export function claimRequest(work: WorkScope): ClaimRequest {
+  return {
+    tenant: work.tenant,
+    key: work.key,
+    ownerToken: randomUUID(),
+    fingerprint: work.fingerprint,
+    leaseMs: work.leaseMs,
+    ttlMs: work.ttlMs,
+  };
+}
+
+/** What an attempt holds once `request` claimed its key. */
+export function heldBy(work: WorkScope, request: ClaimRequest, claim: Extract<ClaimResult, { state: 'claimed' }>): Held {
+  const info: ClaimInfo = { attempt: claim.attempt, generation: claim.generation };
+  return {
+    ref: { tenant: request.tenant, key: request.key, ownerToken: request.ownerToken },
+    claim: info,
+    phases: claim.phases,
+    leaseEndsAt: Date.now() + work.leaseMs,
+  };
+}
+
+/** Seconds until `held`'s lease ends, at least one: a `Retry-After` hint. */
+export function leaseSecondsLeft(held: Held): number {
+  return Math.max(1, Math.ceil((held.leaseEndsAt - Date.now()) / 1000));
 }
 
 /** An attempt that owns its key. `transaction` is the work's open one, absent for phased work (each phase opens its own). */
@@ -64,7 +102,7 @@ export class HeldKeys<Tx> {
   /**
    * Starts holding `claimed` while its work runs: visible here, with the
    * heartbeat (separate claims) or the hold limit (an attempt nobody can take
-   * over). Returns the settle function: a duplicate waiting here learns the
+   * over: see `hold-limit.ts`). Returns the settle function: a duplicate waiting here learns the
    * outcome only through it, after the commit.
    */
   hold(work: WorkScope, claimed: Claimed<Tx>): (response: StoredResponse | undefined) => void {
@@ -84,7 +122,7 @@ export class HeldKeys<Tx> {
       claimed.mode === 'separate' && work.heartbeat ? this.heartbeat(claimed.held, work, warnOnce) : undefined;
     const stopHoldLimit =
       claimed.mode === 'request-transaction' || claimed.transaction?.holdsKeyLock
-        ? this.holdLimit(claimed, work, warnOnce)
+        ? limitHold(claimed, work, warnOnce)
         : undefined;
     return (response) => {
       stopHeartbeat?.();
@@ -141,29 +179,6 @@ export class HeldKeys<Tx> {
     // A pending renewal must not keep a process alive that is otherwise done.
     timer.unref?.();
     return () => clearInterval(timer);
-  }
-
-  /**
-   * Bounds the hold on its key of an attempt nobody can take over: at
-   * `maxHoldMs` from the claim the store ends its transaction (rolled back,
-   * whatever the work is doing), so a hung handler keeps neither its key nor
-   * its connection, and the attempt answers 409 lease-lost.
-   */
-  private holdLimit(claimed: Claimed<Tx>, work: WorkScope, onHoldExceeded: () => void): (() => void) | undefined {
-    const transaction = claimed.transaction;
-    if (!transaction?.abort) return undefined;
-    const timer = setTimeout(
-      () => {
-        claimed.holdExceeded = true;
-        // This process's duplicates ask the store from now on: the key is free once the transaction has ended.
-        claimed.held.leaseEndsAt = 0;
-        onHoldExceeded();
-        transaction.abort!().catch(() => undefined);
-      },
-      work.maxHoldMs ?? work.leaseMs * 10,
-    );
-    timer.unref?.();
-    return () => clearTimeout(timer);
   }
 }
 

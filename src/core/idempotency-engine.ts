@@ -1,22 +1,15 @@
-import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { BeginResult, ClaimMode, ClaimRequest, ClaimResult, IdempotencyStore, StoredResponse } from './idempotency-store.js';
+import type { BeginResult, ClaimMode, IdempotencyStore, StoredResponse } from './idempotency-store.js';
 import { beginAttempt } from './begin-attempt.js';
 import type { CompletedAnswers } from './completed-answers.js';
-import {
-  CommitRefusedError,
-  FingerprintMismatchError,
-  KeyInFlightError,
-  LeaseLostError,
-  StoreUnavailableError,
-} from './errors.js';
-import { HeldKeys, type Claimed, type Held } from './held-keys.js';
+import { FingerprintMismatchError, KeyInFlightError, LeaseLostError, StoreUnavailableError } from './errors.js';
+import { FailureHandling } from './failure-handling.js';
+import { claimRequest, heldBy, HeldKeys, leaseSecondsLeft, type Claimed } from './held-keys.js';
 import { observedClaim, observedComplete, observeExecution, type Trace } from './engine-observation.js';
 import { SILENT_OBSERVER, type EngineObserver } from './observer.js';
-import { storeFailure, type FailureDecision } from './outcomes.js';
 import { Phases, type TransactionOutcome } from './phases.js';
-import type { ClaimInfo, EngineOutcome, IdempotentWork, PhasedWork, WorkScope } from './work.js';
+import type { EngineOutcome, IdempotentWork, PhasedWork, WorkScope } from './work.js';
 
 export type { ClaimMode } from './idempotency-store.js';
 export type { FailureDecision } from './outcomes.js';
@@ -34,11 +27,12 @@ const MAX_WAIT_PAUSE_MS = 250;
  *
  * A failure of the work, or a COMMIT the database refuses (its writes did
  * not happen either), rolls the work back and is classified once, by
- * `onFailure` (see `outcomes.ts`). Only the store's own calls failing to
- * reach the database raise `StoreUnavailableError`.
+ * `onFailure`: see `failure-handling.ts`. Only the store's own calls failing
+ * to reach the database raise `StoreUnavailableError`.
  */
 export class IdempotencyEngine<Tx> {
   private readonly held: HeldKeys<Tx>;
+  private readonly failures: FailureHandling<Tx>;
   private readonly isUnavailable = (error: unknown) => this.store.isUnavailableError(error);
 
   /**
@@ -51,6 +45,7 @@ export class IdempotencyEngine<Tx> {
     private readonly answers?: CompletedAnswers,
   ) {
     this.held = new HeldKeys(store);
+    this.failures = new FailureHandling(store, observer, answers);
   }
 
   execute<R>(work: IdempotentWork<Tx, R>): Promise<EngineOutcome<R>> {
@@ -93,7 +88,7 @@ export class IdempotencyEngine<Tx> {
     const running = this.held.running(work);
     if (running) {
       if (running.fingerprint !== work.fingerprint) throw new FingerprintMismatchError();
-      if (!work.waitMs) throw new KeyInFlightError(secondsUntil(running.held.leaseEndsAt));
+      if (!work.waitMs) throw new KeyInFlightError(leaseSecondsLeft(running.held));
       const response = await this.held.settled(running, deadline);
       if (response) return { kind: 'replayed', response };
     }
@@ -122,7 +117,7 @@ export class IdempotencyEngine<Tx> {
         if (claimed.holdExceeded) throw new LeaseLostError();
         // Phases report their own store calls' failures as these two; anything else is the work's.
         if (phases && (error instanceof LeaseLostError || error instanceof StoreUnavailableError)) throw error;
-        return (outcome = await this.fail(work, claimed, error, trace, phases?.hasProgress));
+        return (outcome = await this.failures.fail(work, claimed, error, trace, phases?.hasProgress));
       }
 
       // 4. Complete the key, fenced by the owner token, and COMMIT it with the work (phases committed their own).
@@ -133,10 +128,7 @@ export class IdempotencyEngine<Tx> {
           transaction ? transaction.commit(done.response, work.ttlMs) : this.store.complete(held.ref, done.response, work.ttlMs),
         );
       } catch (error) {
-        const failure = storeFailure(error, this.isUnavailable, 'after-work-started', this.retryAfter(claimed));
-        if (failure !== error || !transaction) throw failure;
-        // The database answered, and no: the work's writes did not happen, which is the work's failure.
-        return (outcome = await this.fail(work, { ...claimed, transaction: undefined }, new CommitRefusedError(error), trace));
+        return (outcome = await this.failures.commitFailed(work, claimed, error, trace));
       }
       if (!completed) throw new LeaseLostError();
       answers?.remember(work.tenant, work.key, work.fingerprint, done.response, work.ttlMs, completedAt);
@@ -167,7 +159,7 @@ export class IdempotencyEngine<Tx> {
     trace: Trace,
   ): Promise<{ kind: 'replayed'; response: StoredResponse } | Claimed<Tx>> {
     for (let pause = 20; ; pause = Math.min(pause * 2, MAX_WAIT_PAUSE_MS)) {
-      const request = this.request(work);
+      const request = claimRequest(work);
       const sentAt = performance.now();
       const begun = await observedClaim(this.observer, this.isUnavailable, work, (): Promise<BeginResult<Tx>> =>
         opensTransaction
@@ -205,120 +197,4 @@ export class IdempotencyEngine<Tx> {
       }
     }
   }
-
-  /**
-   * The work failed (or its COMMIT was refused). Its writes are undone
-   * first, so its locks are not held while the failure is classified; in
-   * `request-transaction` mode the claim itself stays locked meanwhile, so a
-   * stored failure is the answer for every duplicate waiting on it too.
-   *
-   * @param hasProgress phases of this key are committed: releasing the key
-   *   would throw their recovery points away, so `release` keeps it instead.
-   */
-  private async fail<R>(
-    work: WorkScope,
-    claimed: Claimed<Tx>,
-    error: unknown,
-    trace: Trace,
-    hasProgress = false,
-  ): Promise<EngineOutcome<R>> {
-    const { mode, held, transaction } = claimed;
-    const claimKept = transaction ? await this.guard(() => transaction.rollback(mode === 'request-transaction'), claimed) : false;
-    let decision: FailureDecision;
-    try {
-      decision = await work.onFailure(error);
-    } catch (classifying) {
-      if (claimKept) await transaction!.rollback(false).catch(() => undefined);
-      throw classifying;
-    }
-    if (decision.action === 'store') {
-      const { response } = decision;
-      const completedAt = performance.now();
-      const stored = await this.guard(
-        () =>
-          claimKept
-            ? observedComplete(this.observer, () => transaction!.commit(response, work.ttlMs))
-            : mode === 'separate'
-              ? observedComplete(this.observer, () => this.store.complete(held.ref, response, work.ttlMs))
-              : this.storeAnew(work, response),
-        claimed,
-      );
-      // In request-transaction mode a lost race only means another attempt's outcome stands; this client still gets its own.
-      if (!stored && mode === 'separate') throw new LeaseLostError();
-      if (stored && work.replayFromMemory)
-        this.answers?.remember(work.tenant, work.key, work.fingerprint, response, work.ttlMs, completedAt);
-      return { kind: 'failure-stored', response, error };
-    }
-    if (claimKept) await this.guard(() => transaction!.rollback(false), claimed);
-    if (mode === 'request-transaction') {
-      // The claim rolled back with the work: the key is free again either way.
-      trace.failure = 'released';
-    } else if (decision.action === 'release' && !hasProgress) {
-      await this.guard(() => this.store.release(held.ref, decision.forget), claimed);
-      trace.failure = 'released';
-    } else trace.failure = 'kept';
-    throw error;
-  }
-
-  /**
-   * A failure's response to store in `request-transaction` mode once its
-   * transaction is gone (its COMMIT was refused): claimed and completed on
-   * its own. False when another attempt got the key in between.
-   */
-  private async storeAnew(work: WorkScope, response: StoredResponse): Promise<boolean> {
-    const request = this.request(work);
-    const { claim } = await observedClaim(this.observer, this.isUnavailable, work, () =>
-      this.store.claim(request).then((c) => ({ claim: c })),
-    );
-    if (claim.state !== 'claimed') return false;
-    const held = heldBy(work, request, claim);
-    return this.guard(() => observedComplete(this.observer, () => this.store.complete(held.ref, response, work.ttlMs)), {
-      mode: 'separate',
-      held,
-    });
-  }
-
-  /** Runs a store call made after the work started, turning "cannot reach the store" into an unknown outcome. */
-  private async guard<T>(step: () => Promise<T>, claimed: Claimed<Tx>): Promise<T> {
-    try {
-      return await step();
-    } catch (error) {
-      throw storeFailure(error, this.isUnavailable, 'after-work-started', this.retryAfter(claimed));
-    }
-  }
-
-  /**
-   * When a retry can find the key free after the store was lost mid-attempt:
-   * a separate claim is held until its lease ends (whatever happened to the
-   * COMMIT); in `request-transaction` mode nothing is held once the
-   * transaction is gone, so a retry can run as soon as the store answers.
-   */
-  private retryAfter(claimed: Claimed<Tx>): number | undefined {
-    return claimed.mode === 'separate' ? secondsUntil(claimed.held.leaseEndsAt) : undefined;
-  }
-
-  private request(work: WorkScope): ClaimRequest {
-    return {
-      tenant: work.tenant,
-      key: work.key,
-      ownerToken: randomUUID(),
-      fingerprint: work.fingerprint,
-      leaseMs: work.leaseMs,
-      ttlMs: work.ttlMs,
-    };
-  }
-}
-
-function heldBy(work: WorkScope, request: ClaimRequest, claim: Extract<ClaimResult, { state: 'claimed' }>): Held {
-  const info: ClaimInfo = { attempt: claim.attempt, generation: claim.generation };
-  return {
-    ref: { tenant: request.tenant, key: request.key, ownerToken: request.ownerToken },
-    claim: info,
-    phases: claim.phases,
-    leaseEndsAt: Date.now() + work.leaseMs,
-  };
-}
-
-function secondsUntil(at: number): number {
-  return Math.max(1, Math.ceil((at - Date.now()) / 1000));
 }

@@ -1,10 +1,7 @@
-import { Injectable, type OnModuleInit } from '@nestjs/common';
-import { HttpAdapterHost } from '@nestjs/core';
 import type { StoredResponse } from '../core/idempotency-store.js';
+import { applyToReply, type Replacement } from './replacement.js';
 import {
-  groupHeaders,
   hasBody,
-  headersReplacedBy,
   ResponseNotSentError,
   storedHeaderNames,
   storedPairs,
@@ -16,12 +13,12 @@ import { ResponseTooLargeError, UnreplayableResponseError } from './unreplayable
 import { WireCapture } from './wire-capture.js';
 import type { FastifyReplyLike } from './fastify-reply.js';
 
-type OnSendDone = (error: Error | null, payload?: unknown) => void;
+export type OnSendDone = (error: Error | null, payload?: unknown) => void;
 
 /** The capture of each reply in flight, found by the onSend hook. */
 const captures = new WeakMap<object, FastifyReplyCapture>();
 /** Fastify instances the hook was added to; their child instances inherit it (and have them as prototypes). */
-const hooked = new WeakSet<object>();
+export const hooked = new WeakSet<object>();
 
 /** Whether the replies of `reply`'s Fastify instance go through the capture hook. */
 export function hasCaptureHook(reply: FastifyReplyLike): boolean {
@@ -41,41 +38,10 @@ export function hasCaptureHook(reply: FastifyReplyLike): boolean {
  * request's `Accept-Encoding`, a digest, the cookie plugin's `Set-Cookie`)
  * like any other answer.
  */
-function captureOnSend(_request: unknown, reply: object, payload: unknown, done: OnSendDone): void {
+export function captureOnSend(_request: unknown, reply: object, payload: unknown, done: OnSendDone): void {
   const capture = captures.get(reply);
   if (capture) capture.onSend(payload, done);
   else done(null, payload);
-}
-
-/**
- * Adds the capture hook to the app's Fastify instance. It goes in when the
- * module is instantiated, before the app registers its plugins in `main.ts`
- * (`NestFactory.create`), so that it is the first `onSend` hook; an app
- * built through `Test.createTestingModule` gets it when it initialises.
- */
-@Injectable()
-export class FastifyCaptureHook implements OnModuleInit {
-  constructor(private readonly adapterHost: HttpAdapterHost) {
-    this.install();
-  }
-
-  onModuleInit(): void {
-    this.install();
-  }
-
-  private install(): void {
-    const adapter = this.adapterHost?.httpAdapter;
-    if (!adapter || adapter.getType() !== 'fastify') return;
-    const instance = adapter.getInstance<{ addHook(name: 'onSend', hook: typeof captureOnSend): unknown }>();
-    if (hooked.has(instance)) return;
-    try {
-      instance.addHook('onSend', captureOnSend);
-    } catch {
-      // Started already (a module loaded lazily after listen()): its replies are held at reply.raw instead.
-      return;
-    }
-    hooked.add(instance);
-  }
 }
 
 /**
@@ -97,7 +63,7 @@ export class FastifyReplyCapture implements ResponseCapture {
   private readonly inheritedSend: FastifyReplyLike['send'];
   private held?: { payload: unknown; done: OnSendDone; response?: StoredResponse };
   private ownRefusal?: Error;
-  private replacement?: { response: StoredResponse; headers: ExtraHeaders };
+  private replacement?: Replacement;
   /** The app wrote `reply.raw` itself: the guard holds that response. */
   private viaRaw = false;
   private settled = false;
@@ -167,7 +133,7 @@ export class FastifyReplyCapture implements ResponseCapture {
     const held = this.held;
     if (held) {
       this.settle(true);
-      held.done(null, this.applyHeaders(response, headers) ?? null);
+      held.done(null, applyToReply(this.reply, this.stored, this.replacement) ?? null);
     } else {
       // Should the app end reply.raw itself instead of sending, the guard answers there.
       this.guard.replace(response, headers);
@@ -179,16 +145,15 @@ export class FastifyReplyCapture implements ResponseCapture {
     const replacement = this.replacement;
     if (!replacement || this.settled) return send.call(this.reply, payload);
     this.settle(true);
-    return send.call(this.reply, this.applyHeaders(replacement.response, replacement.headers));
+    return send.call(this.reply, applyToReply(this.reply, this.stored, replacement));
   }
 
   /** The hook's turn: hold the payload (or let it by once the capture has settled). */
   onSend(payload: unknown, done: OnSendDone): void {
     if (this.settled || this.held || this.viaRaw) return done(null, payload);
     if (this.replacement) {
-      const { response, headers } = this.replacement;
       this.settle(true);
-      return done(null, this.applyHeaders(response, headers) ?? null);
+      return done(null, applyToReply(this.reply, this.stored, this.replacement) ?? null);
     }
     this.held = { payload, done, response: this.snapshot(payload) };
     this.notify();
@@ -220,19 +185,6 @@ export class FastifyReplyCapture implements ResponseCapture {
   private refuse(error: Error): undefined {
     this.ownRefusal = error;
     return undefined;
-  }
-
-  /** Puts `response`'s status and headers on the reply in place of the app's body headers; returns the body to send. */
-  private applyHeaders(response: StoredResponse, headers: ExtraHeaders): Buffer | undefined {
-    const reply = this.reply;
-    for (const name of headersReplacedBy(this.stored)) reply.removeHeader(name);
-    for (const [name, value] of groupHeaders([...response.headers, ...headers])) {
-      // Stored by Express (see WireCapture); Fastify sets the length of what it sends itself.
-      if (name.toLowerCase() !== 'content-length') reply.header(name, value);
-    }
-    reply.code(response.status);
-    const body = response.body;
-    return body && body.length > 0 && hasBody(response.status) ? body : undefined;
   }
 
   private settle(releaseGuard: boolean): void {

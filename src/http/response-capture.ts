@@ -72,11 +72,6 @@ export function storedHeaderNames(replayHeaders: ReadonlySet<string>): ReadonlyS
   return names;
 }
 
-/** Headers taken off a response before a replacement's are put on: the body's own, its length and the stored ones. */
-export function headersReplacedBy(stored: ReadonlySet<string>): string[] {
-  return [...stored, 'content-length'];
-}
-
 /**
  * The stored headers of a response as name/value pairs, one pair per value,
  * so a header sent several times is stored as sent and not joined. Names
@@ -94,23 +89,6 @@ export function storedPairs(headers: Iterable<[string, unknown]>, stored: Readon
     }
   }
   return pairs;
-}
-
-/**
- * Name/value pairs grouped by name (without regard to case), in order: a
- * header given several times becomes one array, which Node writes as one
- * header line per value (`Set-Cookie` must never be joined with commas).
- * Each keeps the spelling of its first pair.
- */
-export function groupHeaders(pairs: Iterable<[string, string]>): Array<[string, string | string[]]> {
-  const grouped = new Map<string, [string, string | string[]]>();
-  for (const [name, value] of pairs) {
-    const lower = name.toLowerCase();
-    const current = grouped.get(lower);
-    if (!current) grouped.set(lower, [name, value]);
-    else current[1] = [...(Array.isArray(current[1]) ? current[1] : [current[1]]), value];
-  }
-  return [...grouped.values()];
 }
 
 /** Statuses that never carry a body (RFC 9110). */

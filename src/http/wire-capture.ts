@@ -1,9 +1,9 @@
-import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import type { ServerResponse } from 'node:http';
 import type { StoredResponse } from '../core/idempotency-store.js';
+import { sendOnResponse, type Replacement } from './replacement.js';
+import { headerEntries } from './write-head-headers.js';
 import {
-  groupHeaders,
   hasBody,
-  headersReplacedBy,
   ResponseNotSentError,
   storedHeaderNames,
   storedPairs,
@@ -36,7 +36,7 @@ export class WireCapture implements ResponseCapture {
   private writes: Call[] = [];
   private heldBytes = 0;
   private endCall?: Call;
-  private replacement?: { response: StoredResponse; headers: ExtraHeaders };
+  private replacement?: Replacement;
   private settled = false;
   private listeners: Array<() => void> = [];
   refusal?: Error;
@@ -140,33 +140,16 @@ export class WireCapture implements ResponseCapture {
     for (const listener of listeners) listener();
   }
 
-  private send({ response, headers }: { response: StoredResponse; headers: ExtraHeaders }): void {
+  private send(replacement: Replacement): void {
     if (this.settled) return;
     this.settled = true;
     this.restore();
-    const res = this.res;
-    if (res.headersSent) {
+    if (this.res.headersSent) {
       // Something flushed the head already; all that can be done is to end it.
-      res.end();
+      this.res.end();
       return;
     }
-    for (const [name, value] of headerEntries(this.writeHeadCall).values()) res.setHeader(name, value);
-    for (const name of headersReplacedBy(this.stored)) res.removeHeader(name);
-    const body = response.body;
-    const length = body && body.length > 0 && hasBody(response.status) ? body.length : undefined;
-    for (const [name, value] of groupHeaders([...response.headers, ...headers])) {
-      // Put back in its place among the stored headers, with the length of the bytes sent now.
-      if (name.toLowerCase() === 'content-length') {
-        if (length !== undefined) res.setHeader(name, length);
-      } else res.setHeader(name, value);
-    }
-    res.statusCode = response.status;
-    if (length !== undefined) {
-      if (!res.hasHeader('content-length')) res.setHeader('content-length', length);
-      res.end(body);
-    } else {
-      res.end();
-    }
+    sendOnResponse(this.res, headerEntries(this.writeHeadCall), this.stored, replacement);
   }
 
   /** The held response: status, the stored headers as they stand, and the body bytes. */
@@ -179,7 +162,7 @@ export class WireCapture implements ResponseCapture {
     // Node's OutgoingMessage has it (since 15.13); its types declare it on ClientRequest only.
     const names = (this.res as unknown as { getRawHeaderNames(): string[] }).getRawHeaderNames();
     for (const name of names) all.set(name.toLowerCase(), [name, values[name.toLowerCase()]]);
-    for (const [lower, entry] of headerEntries(this.writeHeadCall)) all.set(lower, entry);
+    if (this.writeHeadCall) for (const [lower, entry] of headerEntries(this.writeHeadCall)) all.set(lower, entry);
     const chunks = [...this.writes, ...(this.endCall ? [this.endCall] : [])]
       .map((call) => toBuffer(call[0], call[1]))
       .filter((chunk): chunk is Buffer => chunk !== undefined);
@@ -215,37 +198,6 @@ function withLength(stored: ReadonlySet<string>): ReadonlySet<string> {
     withLengthOf.set(stored, names);
   }
   return names;
-}
-
-/**
- * The headers given to a held `writeHead(status, [message], [headers])` call
- * by lower-case name, each with its name as given and its value, a header
- * given several times as one array of its values (never joined).
- */
-function headerEntries(call: Call | undefined): Map<string, [string, string | string[]]> {
-  const entries = new Map<string, [string, string | string[]]>();
-  if (!call) return entries;
-  const headers = (typeof call[1] === 'string' ? call[2] : call[1]) as OutgoingHttpHeaders | unknown[] | undefined;
-  if (!headers) return entries;
-  const add = (name: unknown, value: unknown) => {
-    if (value === undefined) return;
-    const lower = String(name).toLowerCase();
-    const values = (Array.isArray(value) ? value : [value]).map(String);
-    const current = entries.get(lower);
-    const merged = current === undefined ? values : [...(Array.isArray(current[1]) ? current[1] : [current[1]]), ...values];
-    entries.set(lower, [current?.[0] ?? String(name), merged.length === 1 ? merged[0] : merged]);
-  };
-  if (Array.isArray(headers)) {
-    // Either [[name, value], ...] or a flat [name, value, name, value].
-    if (headers.every((entry) => Array.isArray(entry))) {
-      for (const [name, value] of headers as Array<[unknown, unknown]>) add(name, value);
-    } else {
-      for (let i = 0; i + 1 < headers.length; i += 2) add(headers[i], headers[i + 1]);
-    }
-    return entries;
-  }
-  for (const [name, value] of Object.entries(headers)) add(name, value);
-  return entries;
 }
 
 function chunkLength(chunk: unknown, encoding: unknown): number {

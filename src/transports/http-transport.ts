@@ -1,32 +1,18 @@
-import { HttpException } from '@nestjs/common';
 import type { Observable } from 'rxjs';
 import { CommitRefusedError } from '../core/errors.js';
 import { fingerprintRequest } from '../core/fingerprint.js';
-import type { StoredResponse } from '../core/idempotency-store.js';
 import { parseIdempotencyKey } from '../core/key.js';
 import type { FailureReading } from '../core/outcomes.js';
 import type { EngineOutcome } from '../core/work.js';
-import { messages } from '../errors/messages.js';
-import { IdempotencyProblemException, problemResponse, problems } from '../errors/problems.js';
+import { problems } from '../errors/problems.js';
 import { captureResponse } from '../http/capture.js';
 import { fingerprintInput, headerValues, serverResponse, type HttpRequest } from '../http/request-identity.js';
-import { ResponseNotSentError, type ResponseCapture } from '../http/response-capture.js';
-import { describeUnreplayable, ResponseTooLargeError, UnreplayableResponseError } from '../http/unreplayable.js';
+import type { ResponseCapture } from '../http/response-capture.js';
+import { describeUnreplayable, UnreplayableResponseError } from '../http/unreplayable.js';
 import { REPLAYED_HEADER } from '../idempotency.constants.js';
+import { FailedAfterHandlerError, failHttp, readHttpFailure, type HttpFailureScope } from './http-failures.js';
 import { OnceSubscriber } from './once-subscriber.js';
-import { problemForOutcome } from './outcome-answers.js';
 import { NestTransport, type Done } from './run-idempotent.js';
-
-/**
- * The handler returned, but what reached the wire is an error: something
- * outside the handler (an outer interceptor, the serializer) failed, so the
- * client did not get the handler's success and its writes must not commit.
- */
-class FailedAfterHandlerError extends Error {
-  constructor(readonly response: StoredResponse) {
-    super(`The response failed after the handler returned (status ${response.status}).`);
-  }
-}
 
 /**
  * An HTTP route: the key from its header, the response taken where the
@@ -66,22 +52,8 @@ export class HttpTransport extends NestTransport {
     return { response: sent, result: value };
   }
 
-  async readFailure(error: unknown): Promise<FailureReading> {
-    if (error instanceof UnreplayableResponseError) return { action: 'release' };
-    if (error instanceof ResponseNotSentError) return { action: 'keep' };
-    // The handler's success was rendered, but nothing of it committed: the module answers, as for an error the handler threw.
-    if (error instanceof CommitRefusedError)
-      return { definite: false, response: async () => problemResponse(problems.commitRefused()) };
-    // The app renders the error (its filters), and that rendering is what a 'store' policy keeps.
-    this.out.fail(error);
-    const sent =
-      error instanceof FailedAfterHandlerError
-        ? error.response
-        : await this.wire.sent(this.route.options.leaseMs).catch(() => null);
-    // An error rendered too large to store is refused like a success would be: nothing stored, the key free.
-    if (this.wire.refusal) return { action: 'release' };
-    if (!sent) return { action: 'keep' };
-    return { definite: isDefinite(error, sent.status), response: async () => sent };
+  readFailure(error: unknown): Promise<FailureReading> {
+    return readHttpFailure(error, this.failureScope());
   }
 
   runWithoutKey(): void {
@@ -105,35 +77,12 @@ export class HttpTransport extends NestTransport {
   }
 
   fail(error: unknown, key: string): void {
-    const problem = this.problemFor(error, key) ?? (this.wire.refusal ? this.problemFor(this.wire.refusal, key) : undefined);
-    if (problem) return this.send(problem);
-    if (this.out.emitted) {
-      // The store failed after the handler's success was handed on: that success never committed, so it must not go out.
-      this.runtime.logger.error(messages.log.storeFailed(this.route.name), error instanceof Error ? error.stack : String(error));
-      return this.send(problems.storeFailed());
-    }
-    this.wire.release();
-    this.out.fail(error);
+    failHttp(error, key, this.failureScope());
   }
 
-  /** The module's problem goes out as the module renders it, whatever the app's exception filter does. */
-  private send(problem: IdempotencyProblemException): void {
-    this.wire.replace(problemResponse(problem));
-    this.out.fail(problem);
-  }
-
-  private problemFor(error: unknown, key: string): IdempotencyProblemException | undefined {
-    const { logger, options } = this.runtime;
-    const routeName = this.route.name;
-    if (error instanceof ResponseTooLargeError) {
-      logger.error(messages.log.responseTooLarge(routeName, error.maxBytes));
-      return problems.responseTooLarge(routeName, error.maxBytes, error);
-    }
-    if (error instanceof UnreplayableResponseError) {
-      logger.error(messages.config.unreplayableRoute(routeName, error.message));
-      return problems.unreplayable(error);
-    }
-    return problemForOutcome(error, options.unavailableRetryAfter, routeName, key, logger);
+  private failureScope(): HttpFailureScope {
+    const { runtime, route, wire, out } = this;
+    return { runtime, routeName: route.name, leaseMs: route.options.leaseMs, wire, out };
   }
 }
 
@@ -147,13 +96,4 @@ export function lastValueOf(source: Observable<unknown>): Promise<unknown> {
     let last: unknown;
     source.subscribe({ next: (value) => (last = value), error: reject, complete: () => resolve(last) });
   });
-}
-
-/**
- * A definite outcome (stored by the `onHttpException` policy) is a 4xx the
- * handler threw, or one the client got when something after the handler
- * failed; a 5xx, thrown or not, is an outcome nobody knows.
- */
-function isDefinite(error: unknown, status: number): boolean {
-  return error instanceof HttpException ? error.getStatus() < 500 : status < 500 && error instanceof FailedAfterHandlerError;
 }

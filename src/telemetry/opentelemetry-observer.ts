@@ -1,0 +1,82 @@
+import type { EngineObserver, IdempotencyEvent, SpanAttributes } from '../core/observer.js';
+import type { IdempotencyEvents } from './events.js';
+import type { OtelApi, OtelInstruments, OtelTracer } from './otel-api.js';
+
+/**
+ * The engine's observer when `@opentelemetry/api` is installed (made by
+ * `createEngineObserver`): each event recorded in the metrics and handed to
+ * the typed event hook, and spans while an SDK's tracer provider is
+ * registered.
+ */
+export class OpenTelemetryObserver implements EngineObserver {
+  /** What the API's global provider delegates to while no SDK is registered (a fresh proxy has no delegate). */
+  private readonly noopProvider: unknown;
+
+  constructor(
+    private readonly api: OtelApi,
+    private readonly tracer: OtelTracer,
+    private readonly instruments: OtelInstruments,
+    private readonly events: IdempotencyEvents,
+  ) {
+    this.noopProvider = new api.ProxyTracerProvider().getDelegate?.();
+  }
+
+  span<T>(
+    name: string,
+    attributes: SpanAttributes,
+    fn: (annotate: (attributes: SpanAttributes) => void) => Promise<T>,
+  ): Promise<T> {
+    if (!this.tracing()) return fn(annotateNothing);
+    return this.tracer.startActiveSpan(name, { attributes }, async (span) => {
+      try {
+        return await fn((more) => span.setAttributes(more));
+      } catch (error) {
+        // The error's name only: a message can quote anything, a key included.
+        span.setStatus({ code: this.api.SpanStatusCode.ERROR, message: error instanceof Error ? error.name : 'error' });
+        throw error;
+      } finally {
+        span.end();
+      }
+    });
+  }
+
+  emit(event: IdempotencyEvent, tenant?: string): void {
+    this.record(event);
+    this.events.emit(event, tenant);
+  }
+
+  private record(event: IdempotencyEvent): void {
+    const { outcomes, executionDuration, claimDuration, sweepRuns, swept, sweepDuration, outbox } = this.instruments;
+    switch (event.type) {
+      case 'outcome':
+        outcomes.add(1, { outcome: event.outcome, route: event.route });
+        executionDuration.record(event.durationMs, { outcome: event.outcome, route: event.route });
+        return;
+      case 'claim':
+        claimDuration.record(event.durationMs, { state: event.state, route: event.route });
+        return;
+      case 'sweep':
+        sweepRuns.add(1, { ran: event.ran, failed: event.failed });
+        if (event.deleted > 0) swept.add(event.deleted);
+        if (event.ran) sweepDuration.record(event.durationMs);
+        return;
+      case 'outbox':
+        for (const result of ['delivered', 'retried', 'deadLettered', 'timedOut', 'unsettled'] as const) {
+          if (event[result] > 0) outbox.add(event[result], { result });
+        }
+        return;
+    }
+  }
+
+  /**
+   * Whether an SDK's tracer provider is registered now (it may be after the
+   * module starts). Without one every span is a no-op, but still costs a
+   * context switch, closures and promises per request: skipped then.
+   */
+  private tracing(): boolean {
+    const provider = this.api.trace.getTracerProvider();
+    return typeof provider.getDelegate !== 'function' || provider.getDelegate() !== this.noopProvider;
+  }
+}
+
+const annotateNothing = () => undefined;
