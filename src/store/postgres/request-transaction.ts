@@ -102,10 +102,11 @@ export class RequestTransactionBegin {
 
 /**
  * One server's plain table: the claim holds the key's lock for its session as well as its transaction
- * (HOLD_FOR_SESSION in key-store.sql.ts). The work is undone with `ROLLBACK AND CHAIN`, which keeps the session's
- * hold and opens the transaction the failure's answer is stored in at once; the completion hands the hold back to
- * that transaction. Every other end lets go of it before the connection goes back to the pool, or drops the
- * connection: a hold left on a pooled connection would keep the key locked for as long as that connection lives.
+ * (HOLD_FOR_SESSION in request-transaction-key.sql.ts). The work is undone with `ROLLBACK AND CHAIN`, which keeps
+ * the session's hold and opens the transaction the failure's answer is stored in at once; the completion hands the
+ * hold back to that transaction. Every other end lets go of it before the connection goes back to the pool, or
+ * drops the connection: a hold left on a pooled connection would keep the key locked for as long as that connection
+ * lives.
  *
  * No exchange ends outside a transaction while the session holds the key: the connection is never idle with it.
  */
