@@ -1,5 +1,6 @@
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
-import { installRedactingLogger, redactQueryError } from '../redacting-logger.js';
+import { redactQueryError } from '../redacted-query-error.js';
+import { installRedactingLogger } from '../redacting-logger.js';
 import { pipelined, type PipelineClient, type PipelinedResult, type PipelinedStatement } from './pipelined.js';
 import { BEGIN_READ_COMMITTED } from './statements.js';
 import { isUnavailableError } from './unavailable.js';
@@ -39,7 +40,8 @@ export class Pools {
    * TypeORM's query path is skipped, since for these short statements it
    * costs more app CPU than the statement does; each is still logged through
    * the data source's logger, and its parameters (keys, tenants, bodies)
-   * reach neither a log nor the error it throws (see redacting-logger.ts).
+   * reach neither a log nor the error it throws (see redacting-logger.ts and
+   * redacted-query-error.ts).
    */
   async run(
     statement: PipelinedStatement,
