@@ -3,7 +3,7 @@ import type { BeginResult, ClaimRequest } from '../../core/idempotency-store.js'
 import { endAndRelease, openAttempt } from './attempt.js';
 import { notRun, type SeparateBegin } from './begin-after-claim-pool.js';
 import type { PipelinedResult } from './pipelined.js';
-import { exchange } from './pools.js';
+import { exchange } from './exchange.js';
 import { BEGIN_READ_COMMITTED, claimResult, lockTaken, type ClaimRow } from './statements.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
 import { isUnavailableError } from './unavailable.js';

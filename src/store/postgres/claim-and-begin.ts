@@ -3,7 +3,8 @@ import type { BeginResult, ClaimMode, ClaimRequest } from '../../core/idempotenc
 import { endAndRelease, openAttempt, type AttemptParts } from './attempt.js';
 import type { PipelinedResult } from './pipelined.js';
 import { DeferredBegin } from './deferred-begin.js';
-import { exchange, type PgClient } from './pools.js';
+import { exchange } from './exchange.js';
+import type { PgClient } from './pools.js';
 import type { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
 import { RequestTransactionBegin } from './request-transaction.js';
 import { beginAfterClaimPool } from './begin-after-claim-pool.js';

@@ -16,7 +16,8 @@ import { PartitionRetention, type PartitionStatus } from '../partitioned/partiti
 import type { AttemptParts } from './attempt.js';
 import { ClaimAndBegin } from './claim-and-begin.js';
 import { ClaimRouting } from './claim-routing.js';
-import { answerOf, exchange, lendConnection, Pools } from './pools.js';
+import { exchange } from './exchange.js';
+import { answerOf, lendConnection, Pools } from './pools.js';
 import { BEGIN_READ_COMMITTED, claimResult, isFenceLost, KeyStatements, type ClaimRow } from './statements.js';
 import { countExpiredKeys, sweepExpiredKeys, type SweptTable } from './sweep.js';
 import { isUnavailableError } from './unavailable.js';

@@ -5,7 +5,8 @@ import { IdempotencyConfigurationError } from '../../errors/configuration.error.
 import { messages } from '../../errors/messages.js';
 import { endAndRelease, MAY_HOLD_KEY, openAttempt, type AttemptParts } from './attempt.js';
 import type { PipelinedResult, PipelinedStatement } from './pipelined.js';
-import { exchange, type PgClient } from './pools.js';
+import { exchange } from './exchange.js';
+import type { PgClient } from './pools.js';
 import { claimResult, isFenceLost, SERIALIZATION_FAILURE, sqlState, WORK_SAVEPOINT, type ClaimRow } from './statements.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
 import { isUnavailableError } from './unavailable.js';
