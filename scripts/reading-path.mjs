@@ -23,8 +23,11 @@ const args = process.argv.slice(2);
 /** With --functions, each file's functions that ran are listed under it. */
 const listFunctions = args.includes('--functions');
 const trees = args.filter((a) => !a.startsWith('--')).length ? args.filter((a) => !a.startsWith('--')) : [process.cwd()];
-/** SQL text the request runs inside PostgreSQL (the key functions), which coverage cannot see: read as well. */
-const SQL_ON_PATH = ['src/store/key-store.sql.ts'];
+/**
+ * SQL text the request runs inside PostgreSQL (the default mode's key functions and the parts they share), which
+ * coverage cannot see: read as well. The request-transaction mode's functions (request-transaction-key.sql.ts) are not.
+ */
+const SQL_ON_PATH = ['src/store/key-store.sql.ts', 'src/store/key-function-parts.sql.ts'];
 /** --adapter=express|fastify (default express). */
 const adapter = args.find((a) => a.startsWith('--adapter='))?.slice('--adapter='.length) ?? 'express';
 

@@ -13,7 +13,8 @@ import {
   type IdempotencyModuleOptions,
 } from '../src/index.js';
 import { fingerprintValue } from '../src/core/fingerprint.js';
-import { KEY_FUNCTIONS_VERSION, keyStoreStatements } from '../src/store/key-store.sql.js';
+import { keyStoreStatements } from '../src/store/key-store.sql.js';
+import { KEY_FUNCTIONS_VERSION } from '../src/store/key-function-parts.sql.js';
 import { keyUpkeepStatements } from '../src/store/key-upkeep.sql.js';
 import { resolveIdempotencyOptions } from '../src/resolve-options.js';
 import {

@@ -17,7 +17,7 @@ import {
 import { IdempotencyStore } from '../src/store/index.js';
 import { CreateOutboxMessages1764547200000 } from '../src/outbox/index.js';
 import { createOutboxStatements, createTableStatements, KEY_TABLE_COLUMNS, OUTBOX_TABLE_COLUMNS } from '../src/store/sql.js';
-import { KEY_FUNCTIONS_VERSION } from '../src/store/key-store.sql.js';
+import { KEY_FUNCTIONS_VERSION } from '../src/store/key-function-parts.sql.js';
 import {
   createOutboxTable,
   createTables,

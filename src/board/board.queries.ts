@@ -1,6 +1,7 @@
 import type { DataSource, EntityManager } from 'typeorm';
 import { quoteTableName } from '../store/identifiers.js';
-import { installRedactingLogger, redactQueryError, sqlMarker } from '../store/redacting-logger.js';
+import { installRedactingLogger, sqlMarker } from '../store/redacting-logger.js';
+import { redactQueryError } from '../store/redacted-query-error.js';
 import { boardKey } from './board-key.js';
 
 /**

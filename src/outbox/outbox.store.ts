@@ -1,5 +1,6 @@
 import type { DataSource, EntityManager } from 'typeorm';
-import { installRedactingLogger, redactQueryError, sqlMarker } from '../store/redacting-logger.js';
+import { installRedactingLogger, sqlMarker } from '../store/redacting-logger.js';
+import { redactQueryError } from '../store/redacted-query-error.js';
 import { quoteTableName } from '../store/identifiers.js';
 import { outboxMessages } from './messages.js';
 

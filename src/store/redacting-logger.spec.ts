@@ -1,6 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { DataSource, type Logger as TypeOrmLogger } from 'typeorm';
-import { installRedactingLogger, REDACTED, redactQueryError, redactingLogger, sqlMarker } from './redacting-logger.js';
+import { REDACTED, redactQueryError } from './redacted-query-error.js';
+import { installRedactingLogger, redactingLogger, sqlMarker } from './redacting-logger.js';
 
 class RecordingLogger implements TypeOrmLogger {
   calls: unknown[][] = [];

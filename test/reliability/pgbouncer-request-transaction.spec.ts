@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import pg from 'pg';
-import { keyLock, keyStoreStatements } from '../../src/store/key-store.sql.js';
+import { keyLock } from '../../src/store/key-function-parts.sql.js';
+import { keyStoreStatements } from '../../src/store/key-store.sql.js';
 import { createTableStatements } from '../../src/store/sql.js';
 import { databaseUrl } from '../support/database.js';
 import { post, sleep } from '../support/http.js';

@@ -1,6 +1,7 @@
 import { quoteTableName } from '../identifiers.js';
 import { delegatedGuard } from '../function-dialect.js';
-import { keyLock, keyStoreFunction, keyStoreFunctions } from '../key-store.sql.js';
+import { keyLock, keyStoreFunction } from '../key-function-parts.sql.js';
+import { keyStoreFunctions } from '../key-store.sql.js';
 import { createTableStatements, responseBodyStorage } from '../sql.js';
 
 export { delegatedGuard, NOT_DELEGATED_SQLSTATE } from '../function-dialect.js';

@@ -4,11 +4,11 @@ import {
   EXPIRY_FLOOR_SLACK,
   HELD_ELSEWHERE,
   KEY_FUNCTIONS_VERSION,
-  WAIT_FOR_KEY_LOCK,
-  completionFunctions,
   keyLock,
   keyStoreFunction,
-} from '../key-store.sql.js';
+} from '../key-function-parts.sql.js';
+import { completionFunctions } from '../key-store.sql.js';
+import { WAIT_FOR_KEY_LOCK } from '../request-transaction-key.sql.js';
 import {
   dropKeyTableIndex,
   KEY_TABLE_COLUMN_DEFINITIONS,

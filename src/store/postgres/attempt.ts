@@ -1,10 +1,12 @@
 import type { EntityManager, QueryRunner } from 'typeorm';
 import type { ClaimRequest, OpenAttempt } from '../../core/idempotency-store.js';
 import type { ClaimRouting } from './claim-routing.js';
+import type { ClaimKeeper } from './request-transaction.js';
 import type { DeferredBegin } from './deferred-begin.js';
-import type { PipelinedResult, PipelinedStatement } from './pipelined.js';
+import type { PipelinedResult } from './pipelined.js';
 import type { SeparateClaim } from './separate-claim.js';
-import { exchange, type PgClient, type Pools } from './pools.js';
+import { exchange } from './exchange.js';
+import type { Pools } from './pools.js';
 import { isFenceLost, type KeyStatements } from './statements.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
 import { ADMIN_SHUTDOWN, isUnavailableError } from './unavailable.js';
@@ -20,42 +22,9 @@ export interface AttemptParts {
   separateClaim: SeparateClaim;
 }
 
-/**
- * What a request-transaction attempt does differently (see request-transaction.ts): how it undoes its work while
- * keeping its claim, and what its connection may hold of the key besides its transaction. A separate attempt has
- * none.
- */
-export interface ClaimKeeper {
-  /** Statements sent after the claim, in the BEGIN's message. */
-  readonly afterClaim: readonly PipelinedStatement[];
-  /**
-   * `rollback(true)`: undoes the work's writes, keeping the claim and the key's lock, with the transaction open.
-   * False when it could not (the attempt then ends); throws a lost connection's error.
-   */
-  keep(runner: QueryRunner): Promise<boolean>;
-  /**
-   * `rollback(false)`: ends the transaction, and lets go of whatever else of the key the connection holds.
-   * Answers a reason to drop the connection rather than lend it again, when it could not.
-   */
-  rollback(runner: QueryRunner): Promise<unknown>;
-  /**
-   * What to send after the completion instead of its COMMIT when the work's transaction has already failed (the
-   * handler caught its own SQL error and answered), read on the connection: the completion then fails, and these
-   * end the transaction, letting go of whatever else of the key the connection holds before it is idle. Undefined
-   * when the transaction has not failed.
-   */
-  endOfFailedTransaction?(client: PgClient): Promise<readonly PipelinedStatement[] | undefined>;
-  /**
-   * The completion failed and the transaction has ended: lets go of whatever of the key the connection still holds.
-   * `answers`: the completion's, then those of what followed it in its message (undefined: none came). False when
-   * it could not: the connection is then dropped.
-   */
-  afterFailedCompletion(runner: QueryRunner, answers: PipelinedResult[] | undefined): Promise<boolean>;
-}
-
 /** How an attempt was begun (see `openAttempt`). */
 export interface AttemptShape {
-  /** A request-transaction claim: how it keeps its claim (see `ClaimKeeper`). */
+  /** A request-transaction claim: how it keeps its claim (see `ClaimKeeper`, request-transaction.ts). */
   keeper?: ClaimKeeper;
   /** The claim wrote no row (`claim_in_transaction`): the completion writes it. */
   writesRow?: boolean;

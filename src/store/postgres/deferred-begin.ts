@@ -1,33 +1,8 @@
 import type { DataSource, QueryRunner } from 'typeorm';
 import type { PipelinedStatement } from './pipelined.js';
 import type { PgClient } from './pools.js';
-
-/** What a statement of the work answered, as node-postgres's callback gets it. */
-type Callback = (error: Error | null, result?: unknown) => void;
-
-/** node-postgres's `Query` (a submittable), as far as the deferred BEGIN drives it. */
-interface PgQuery {
-  text?: string;
-  name?: string;
-  callback?: Callback;
-  submit(connection: PgConnection): Error | null | undefined;
-  requiresPreparation(): boolean;
-  hasBeenParsed(connection: PgConnection): boolean;
-  handleCommandComplete(message: unknown, connection: PgConnection): void;
-  handleError(error: Error, connection: PgConnection): void;
-  handleReadyForQuery(connection: PgConnection): void;
-}
-
-/** node-postgres's connection: the protocol messages the deferred BEGIN writes ahead of a statement. */
-interface PgConnection {
-  parse(query: { text: string; name?: string }): void;
-  bind(config: { portal?: string; statement?: string; values?: unknown[] }): void;
-  execute(config: { portal?: string; rows?: number }): void;
-  parsedStatements: Record<string, string | undefined>;
-  stream: { cork?: () => void; uncork?: () => void };
-}
-
-type QueryClass = new (config: unknown, values?: unknown, callback?: unknown) => PgQuery;
+import { sendAfterBegin, sendBeginAlone } from './deferred-begin-alone.js';
+import { OWN, queryClassOf, queryOf, type PgConnection, type PgQuery } from './node-postgres-query.js';
 
 /**
  * The work's `START TRANSACTION` of a separate claim, not sent with the claim
@@ -46,11 +21,9 @@ type QueryClass = new (config: unknown, values?: unknown, callback?: unknown) =>
  * which PostgreSQL stops at the first error just the same. Either way the
  * work's statement never runs outside its transaction.
  *
- * Any other form (a `QueryStream` or cursor of TypeORM's `stream()`) gets the
- * BEGIN as a statement of its own, awaited. So does every statement sent
- * while the first one's answer is still out: each runs only once the BEGIN
- * is known to have opened the transaction, and fails with the BEGIN's error
- * otherwise, as statements of an aborted transaction fail.
+ * A first statement that cannot carry it (a stream, a cursor, a named statement
+ * not yet parsed) and the statements sent while the BEGIN's answer is still out
+ * wait for the BEGIN to open the transaction: see deferred-begin-alone.ts.
  *
  * A ROLLBACK before any statement (the work failed without touching the
  * database) sends nothing, and the completion takes the BEGIN into its own
@@ -59,7 +32,8 @@ type QueryClass = new (config: unknown, values?: unknown, callback?: unknown) =>
 export class DeferredBegin {
   /** armed: nothing sent; sent: the first statement carries it; open / failed: its answer. */
   private state: 'armed' | 'sent' | 'open' | 'failed' = 'armed';
-  private failure?: Error;
+  /** Why the BEGIN did not open the transaction, once it failed. */
+  failure?: Error;
   private announced = false;
   private readonly runnerQuery: QueryRunner['query'];
   private readonly clientQuery: PgClient['query'];
@@ -67,7 +41,7 @@ export class DeferredBegin {
   private constructor(
     private readonly runner: QueryRunner,
     private readonly client: PgClient,
-    private readonly statement: string,
+    readonly statement: string,
     private readonly source: DataSource,
   ) {
     this.runnerQuery = Object.getPrototypeOf(runner).query as QueryRunner['query'];
@@ -174,7 +148,7 @@ export class DeferredBegin {
         this.announce();
         return this.sendFirst(config, values, callback);
       }
-      return this.sendAfter(config, values, callback);
+      return sendAfterBegin(this, queryClassOf(this.client)!, config, values, callback);
     };
   }
 
@@ -185,48 +159,20 @@ export class DeferredBegin {
   /** The first statement, carrying the BEGIN. */
   private sendFirst(config: unknown, values: unknown, callback: unknown): unknown {
     const Query = queryClassOf(this.client)!;
-    const [query, result] = this.queryOf(Query, config, values, callback);
+    const [query, result] = queryOf(Query, config, values, callback);
     const connection = (this.client as unknown as { connection: PgConnection }).connection;
-    // A cursor or a stream keeps its portal open across round trips, and a named statement not yet parsed would have
-    // node-postgres file the BEGIN's parse under its name: the BEGIN goes first, on its own, and the statement only
-    // after it answered.
+    // Not a cursor or a stream, nor a named statement not yet parsed: see sendBeginAlone.
     const carries = query instanceof Query && !(query.name && !query.hasBeenParsed(connection));
     if (carries) this.carryBegin(query);
-    else {
-      // Its outcome is read off its answers (see watchBegin); an error reaches the statements held back behind it.
-      const own = new Query(this.statement, undefined, () => undefined);
-      this.watchBegin(own, false);
-      this.send(own, undefined, undefined);
-      this.holdBack(query);
-    }
+    else sendBeginAlone(this, Query, query);
     return this.send(query, values, callback) ?? result;
-  }
-
-  /**
-   * A statement sent after the BEGIN but before its answer: node-postgres sends it once the statements before it
-   * answered, and by then the BEGIN's outcome is known. It runs only inside the opened transaction.
-   */
-  private sendAfter(config: unknown, values: unknown, callback: unknown): unknown {
-    const [query, result] = this.queryOf(queryClassOf(this.client)!, config, values, callback);
-    this.holdBack(query);
-    return this.send(query, values, callback) ?? result;
-  }
-
-  /** Makes `query` fail, unsent, unless the BEGIN has opened the transaction by the time node-postgres sends it. */
-  private holdBack(query: PgQuery): void {
-    const submit = query.submit;
-    query.submit = (connection: PgConnection) => {
-      query.submit = submit;
-      if (this.state !== 'open') return this.failure ?? new Error('The transaction of the work has not opened.');
-      return submit.call(query, connection);
-    };
   }
 
   /**
    * Hands `query` to node-postgres; for a submittable the caller passed (a
    * cursor, a stream, a Query), what node-postgres returns for it.
    */
-  private send(query: PgQuery, values: unknown, callback: unknown): unknown {
+  send(query: PgQuery, values: unknown, callback: unknown): unknown {
     const own = (query as { [OWN]?: boolean })[OWN];
     const sent = (this.clientQuery as (...args: unknown[]) => unknown).call(
       this.client,
@@ -235,21 +181,6 @@ export class DeferredBegin {
       own ? undefined : callback,
     );
     return own ? undefined : sent;
-  }
-
-  /**
-   * node-postgres's Query for `client.query(config, values, callback)`, and
-   * what that call returns (a promise when there is no callback), as
-   * node-postgres makes them.
-   */
-  private queryOf(Query: QueryClass, config: unknown, values: unknown, callback: unknown): [PgQuery, unknown] {
-    if (typeof (config as { submit?: unknown } | null)?.submit === 'function') return [config as PgQuery, undefined];
-    const query = Object.assign(new Query(config, values, callback), { [OWN]: true });
-    if (query.callback) return [query, undefined];
-    const result = new Promise((resolve, reject) => {
-      query.callback = (error, rows) => (error ? reject(error) : resolve(rows));
-    });
-    return [query, result];
   }
 
   /** Writes the BEGIN ahead of `query`'s own messages, in the same batch; reads its answer ahead of the query's. */
@@ -280,7 +211,7 @@ export class DeferredBegin {
    * Reads the BEGIN's outcome off `query`'s answers: its CommandComplete comes first (taken off the query's
    * result when it carries the BEGIN); an error before it means the BEGIN did not open the transaction.
    */
-  private watchBegin(query: PgQuery, carried: boolean): void {
+  watchBegin(query: PgQuery, carried: boolean): void {
     let begun = false;
     const { handleCommandComplete, handleError, handleReadyForQuery } = query;
     query.handleCommandComplete = (message: unknown, connection: PgConnection) => {
@@ -309,14 +240,4 @@ export class DeferredBegin {
     this.state = 'failed';
     this.failure = error ?? new Error('The transaction of the work did not open.');
   }
-}
-
-/** Marks a Query the deferred BEGIN made itself (for a text and values), whose caller gets a promise or a callback. */
-const OWN = Symbol('made by the deferred BEGIN');
-
-/** node-postgres's Query class, when the client is node-postgres's JavaScript client (not pg-native). */
-function queryClassOf(client: PgClient): QueryClass | undefined {
-  const Query = (client.constructor as { Query?: unknown }).Query;
-  const connection = (client as { connection?: { parse?: unknown } }).connection;
-  return typeof Query === 'function' && typeof connection?.parse === 'function' ? (Query as QueryClass) : undefined;
 }

@@ -1,6 +1,6 @@
-import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
-import { installRedactingLogger, redactQueryError } from '../redacting-logger.js';
-import { pipelined, type PipelineClient, type PipelinedResult, type PipelinedStatement } from './pipelined.js';
+import type { DataSource, EntityManager } from 'typeorm';
+import { exchange } from './exchange.js';
+import type { PipelineClient, PipelinedResult, PipelinedStatement } from './pipelined.js';
 import { BEGIN_READ_COMMITTED } from './statements.js';
 import { isUnavailableError } from './unavailable.js';
 
@@ -39,7 +39,8 @@ export class Pools {
    * TypeORM's query path is skipped, since for these short statements it
    * costs more app CPU than the statement does; each is still logged through
    * the data source's logger, and its parameters (keys, tenants, bodies)
-   * reach neither a log nor the error it throws (see redacting-logger.ts).
+   * reach neither a log nor the error it throws (see redacting-logger.ts and
+   * redacted-query-error.ts).
    */
   async run(
     statement: PipelinedStatement,
@@ -68,29 +69,6 @@ export class Pools {
 /** A connection of `source`'s pool, and how to give it back (with the error that killed it, to drop it). */
 export async function lendConnection(source: DataSource): Promise<[PgClient, (error?: unknown) => void]> {
   return (await (source.driver as unknown as PgDriver).obtainMasterConnection()) as [PgClient, (error?: unknown) => void];
-}
-
-/**
- * Sends `statements` in one round trip (see `pipelined`) and returns what
- * each answered. Each is logged through the data source's logger with its
- * parameters, which the redacting logger hides, and a failure carries
- * neither the text nor the values; a failure's error is logged once.
- */
-export async function exchange(
-  client: PgClient,
-  statements: readonly PipelinedStatement[],
-  source: DataSource,
-  runner?: QueryRunner,
-): Promise<PipelinedResult[]> {
-  installRedactingLogger(source);
-  for (const statement of statements) source.logger.logQuery(statement.text, statement.values, runner);
-  const results = await pipelined(client, statements);
-  return results.map((result, i) => {
-    if (result.ok) return result;
-    const { text, values = [] } = statements[i];
-    source.logger.logQueryError(result.error as Error, text, values, runner);
-    return { ok: false, error: redactQueryError(result.error, values) };
-  });
 }
 
 /** The statement's answer; its error, thrown, when it failed. */

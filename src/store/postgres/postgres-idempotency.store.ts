@@ -21,6 +21,8 @@ import { answerOf, lendConnection, Pools } from './pools.js';
 import { claimResult, isFenceLost, KeyStatements, type ClaimRow } from './statements.js';
 import { countExpiredKeys, sweepExpiredKeys, type SweptTable } from './sweep.js';
 import { isUnavailableError } from './unavailable.js';
+import { endLease, recordPhase, release, renewLease } from './key-upkeep.js';
+import { storeTransaction } from './store-transaction.js';
 
 /** Options of `PostgresIdempotencyStore`. */
 export interface PostgresIdempotencyStoreOptions {
@@ -165,39 +167,13 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     return this.claimAndBegin.begin(request, mode, lockTimeoutMs);
   }
 
-  /** Renews the lease, fenced; an attempt whose transaction holds the key's lock keeps the key without a write. */
   override async renewLease(ref: ClaimRef, leaseMs: number): Promise<boolean> {
-    if (this.attemptParts.keyLockHolders.has(ref.ownerToken)) return true;
-    const statement = { text: this.statements.sql.renewLease, values: [ref.tenant, ref.key, ref.ownerToken, leaseMs] };
-    return rowsChanged(await this.pools.run(statement, { write: true })) === 1;
+    return renewLease(this.attemptParts, ref, leaseMs);
   }
 
-  /**
-   * Like `DataSource.transaction`, except for what a failed ROLLBACK means.
-   * TypeORM swallows it; here, when the work failed and the ROLLBACK cannot
-   * reach the server, it is the ROLLBACK's error that is thrown: the
-   * transaction's own connection died, which is the store's failure (a 503,
-   * outcome unknown), not the work's, whatever the work then threw.
-   */
+  /** Like `DataSource.transaction`, with a failed ROLLBACK the store's failure (see store-transaction.ts). */
   async transaction<T>(work: (tx: EntityManager) => Promise<T>): Promise<T> {
-    const runner = this.pools.main.createQueryRunner();
-    try {
-      await runner.startTransaction();
-      const result = await work(runner.manager);
-      await runner.commitTransaction();
-      return result;
-    } catch (error) {
-      if (runner.isTransactionActive || runner.isReleased) {
-        try {
-          await runner.rollbackTransaction();
-        } catch (rollbackError) {
-          if (isUnavailableError(rollbackError)) throw rollbackError;
-        }
-      }
-      throw error;
-    } finally {
-      if (!runner.isReleased) await runner.release();
-    }
+    return storeTransaction(this.pools.main, work);
   }
 
   async complete(ref: ClaimRef, response: StoredResponse, ttlMs: number, tx?: EntityManager): Promise<boolean> {
@@ -211,40 +187,17 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   }
 
   async recordPhase(ref: ClaimRef, phases: PhaseState, leaseMs: number, tx?: EntityManager): Promise<boolean> {
-    const statement = {
-      text: this.statements.sql.recordPhase,
-      values: [ref.tenant, ref.key, ref.ownerToken, phases.recoveryPoint, JSON.stringify(phases.results), leaseMs],
-    };
-    try {
-      return rowsChanged(await this.pools.run(statement, tx ? { tx } : { write: true })) === 1;
-    } catch (error) {
-      if (isFenceLost(error)) return false;
-      throw error;
-    }
+    return recordPhase(this.attemptParts, ref, phases, leaseMs, tx);
   }
 
-  /**
-   * Gives the claim back when the work never ran (or was rejected before it
-   * started): a fresh claim is deleted, a takeover's lease ends with its
-   * history kept (see the `release` statement).
-   */
+  /** Gives the claim back when the work never ran (see key-upkeep.ts). */
   async release(ref: ClaimRef, forget = false): Promise<boolean> {
-    const values = [ref.tenant, ref.key, ref.ownerToken];
-    if (forget) return rowsChanged(await this.pools.run({ text: this.statements.sql.forget, values }, { write: true })) === 1;
-    const { rows } = await this.pools.run({ text: this.statements.sql.release, values }, { write: true });
-    return Number((rows as Array<{ released: string | number }>)[0]?.released ?? 0) > 0;
+    return release(this.attemptParts, ref, forget);
   }
 
-  /**
-   * Ends the lease of the attempt holding `ownerToken` and fences it with a
-   * new token (an operator's release, from the board): the next retry takes
-   * the key over at once.
-   * @returns the attempt's key, or undefined when it no longer holds one
-   */
+  /** An operator's release (the board): ends the attempt's lease, fenced; answers its key (see key-upkeep.ts). */
   async endLease(tenant: string, ownerToken: string): Promise<string | undefined> {
-    const { rows } = await this.pools.run({ text: this.statements.sql.endLease, values: [tenant, ownerToken] }, { write: true });
-    // `?? undefined`: on Citus the delegated function answers one row, with a null key when nothing was released.
-    return (rows as Array<{ key: string | null }>)[0]?.key ?? undefined;
+    return endLease(this.attemptParts, tenant, ownerToken);
   }
 
   /** Deletes expired keys in paced batches under an advisory lock; the partitioned table retires partitions instead. */
@@ -259,13 +212,4 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   isUnavailableError(error: unknown): boolean {
     return isUnavailableError(error);
   }
-}
-
-/**
- * The rows a statement changed: its row count, or, for a delegated function of the Citus layout (one row, the
- * function's answer in `n`), that answer.
- */
-function rowsChanged(result: { rows: unknown[]; affected: number }): number {
-  const n = (result.rows[0] as { n?: unknown } | undefined)?.n;
-  return typeof n === 'number' ? n : result.affected;
 }

@@ -3,9 +3,10 @@ import type { EntityManager, QueryRunner } from 'typeorm';
 import type { BeginResult, ClaimRequest } from '../../core/idempotency-store.js';
 import { IdempotencyConfigurationError } from '../../errors/configuration.error.js';
 import { messages } from '../../errors/messages.js';
-import { endAndRelease, MAY_HOLD_KEY, openAttempt, type AttemptParts, type ClaimKeeper } from './attempt.js';
-import type { PipelinedResult } from './pipelined.js';
-import { exchange, type PgClient } from './pools.js';
+import { endAndRelease, MAY_HOLD_KEY, openAttempt, type AttemptParts } from './attempt.js';
+import type { PipelinedResult, PipelinedStatement } from './pipelined.js';
+import { exchange } from './exchange.js';
+import type { PgClient } from './pools.js';
 import { claimResult, isFenceLost, SERIALIZATION_FAILURE, sqlState, WORK_SAVEPOINT, type ClaimRow } from './statements.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
 import { isUnavailableError } from './unavailable.js';
@@ -18,6 +19,39 @@ const STALE_SNAPSHOT = Symbol('stale snapshot');
 
 /** How often `begin` starts a request-transaction attempt again for a stale snapshot, at least, before answering 409. */
 const STALE_SNAPSHOT_TRIES = 5;
+
+/**
+ * What a request-transaction attempt does differently (`openAttempt`'s `keeper`): how it undoes its work while
+ * keeping its claim, and what its connection may hold of the key besides its transaction. A separate attempt has
+ * none.
+ */
+export interface ClaimKeeper {
+  /** Statements sent after the claim, in the BEGIN's message. */
+  readonly afterClaim: readonly PipelinedStatement[];
+  /**
+   * `rollback(true)`: undoes the work's writes, keeping the claim and the key's lock, with the transaction open.
+   * False when it could not (the attempt then ends); throws a lost connection's error.
+   */
+  keep(runner: QueryRunner): Promise<boolean>;
+  /**
+   * `rollback(false)`: ends the transaction, and lets go of whatever else of the key the connection holds.
+   * Answers a reason to drop the connection rather than lend it again, when it could not.
+   */
+  rollback(runner: QueryRunner): Promise<unknown>;
+  /**
+   * What to send after the completion instead of its COMMIT when the work's transaction has already failed (the
+   * handler caught its own SQL error and answered), read on the connection: the completion then fails, and these
+   * end the transaction, letting go of whatever else of the key the connection holds before it is idle. Undefined
+   * when the transaction has not failed.
+   */
+  endOfFailedTransaction?(client: PgClient): Promise<readonly PipelinedStatement[] | undefined>;
+  /**
+   * The completion failed and the transaction has ended: lets go of whatever of the key the connection still holds.
+   * `answers`: the completion's, then those of what followed it in its message (undefined: none came). False when
+   * it could not: the connection is then dropped.
+   */
+  afterFailedCompletion(runner: QueryRunner, answers: PipelinedResult[] | undefined): Promise<boolean>;
+}
 
 /**
  * `PostgresIdempotencyStore.begin` in claim mode `request-transaction`: the
@@ -102,10 +136,11 @@ export class RequestTransactionBegin {
 
 /**
  * One server's plain table: the claim holds the key's lock for its session as well as its transaction
- * (HOLD_FOR_SESSION in key-store.sql.ts). The work is undone with `ROLLBACK AND CHAIN`, which keeps the session's
- * hold and opens the transaction the failure's answer is stored in at once; the completion hands the hold back to
- * that transaction. Every other end lets go of it before the connection goes back to the pool, or drops the
- * connection: a hold left on a pooled connection would keep the key locked for as long as that connection lives.
+ * (HOLD_FOR_SESSION in request-transaction-key.sql.ts). The work is undone with `ROLLBACK AND CHAIN`, which keeps
+ * the session's hold and opens the transaction the failure's answer is stored in at once; the completion hands the
+ * hold back to that transaction. Every other end lets go of it before the connection goes back to the pool, or
+ * drops the connection: a hold left on a pooled connection would keep the key locked for as long as that connection
+ * lives.
  *
  * No exchange ends outside a transaction while the session holds the key: the connection is never idle with it.
  */

@@ -2,7 +2,8 @@ import type { DataSource, QueryRunner } from 'typeorm';
 import type { ClaimRequest } from '../../core/idempotency-store.js';
 import { READ_COMMITTED_NEEDED } from '../key-store.sql.js';
 import type { PipelinedResult } from './pipelined.js';
-import { exchange, type PgClient } from './pools.js';
+import { exchange } from './exchange.js';
+import type { PgClient } from './pools.js';
 import { BEGIN_READ_COMMITTED, type ClaimRow, type KeyStatements } from './statements.js';
 
 /**

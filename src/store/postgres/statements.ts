@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { ClaimRef, ClaimRequest, ClaimResult, StoredResponse } from '../../core/idempotency-store.js';
-import { FENCE_LOST_SQLSTATE, keyStoreStatements } from '../key-store.sql.js';
+import { FENCE_LOST_SQLSTATE } from '../key-function-parts.sql.js';
+import { keyStoreStatements } from '../key-store.sql.js';
 import { keyUpkeepStatements } from '../key-upkeep.sql.js';
 import type { PipelinedResult, PipelinedStatement } from './pipelined.js';
 import { citusKeyStatements } from '../citus/citus.sql.js';
@@ -131,8 +132,8 @@ export class KeyStatements {
 
   /**
    * Whether a request-transaction claim holds the key's lock for its session as well as its transaction (the plain
-   * table on one server: see HOLD_FOR_SESSION in key-store.sql.ts), so that a stored failure needs no savepoint.
-   * The partitioned table's claim writes its in-flight row in the transaction, and Citus lends the worker's
+   * table on one server: see HOLD_FOR_SESSION in request-transaction-key.sql.ts), so that a stored failure needs no
+   * savepoint. The partitioned table's claim writes its in-flight row in the transaction, and Citus lends the worker's
    * connections to other sessions: both keep the savepoint.
    */
   get holdsKeyForSession(): boolean {

@@ -1,0 +1,28 @@
+import type { DataSource, QueryRunner } from 'typeorm';
+import { redactQueryError } from '../redacted-query-error.js';
+import { installRedactingLogger } from '../redacting-logger.js';
+import { pipelined, type PipelinedResult, type PipelinedStatement } from './pipelined.js';
+import type { PgClient } from './pools.js';
+
+/**
+ * Sends `statements` in one round trip (see `pipelined`) and returns what
+ * each answered. Each is logged through the data source's logger with its
+ * parameters, which the redacting logger hides, and a failure carries
+ * neither the text nor the values; a failure's error is logged once.
+ */
+export async function exchange(
+  client: PgClient,
+  statements: readonly PipelinedStatement[],
+  source: DataSource,
+  runner?: QueryRunner,
+): Promise<PipelinedResult[]> {
+  installRedactingLogger(source);
+  for (const statement of statements) source.logger.logQuery(statement.text, statement.values, runner);
+  const results = await pipelined(client, statements);
+  return results.map((result, i) => {
+    if (result.ok) return result;
+    const { text, values = [] } = statements[i];
+    source.logger.logQueryError(result.error as Error, text, values, runner);
+    return { ok: false, error: redactQueryError(result.error, values) };
+  });
+}
