@@ -194,6 +194,23 @@ describe.each(ADAPTERS)('replays from memory on two instances over %s', (adapter
     expect(await effects(label)).toBe(1);
   });
 
+  it('a request-transaction route too: the other instance replays from the database once, then from memory', async () => {
+    const label = fresh();
+    const first = await post(a.url, '/in-tx', { label }, `k-${label}`);
+    expect(first.status).toBe(201);
+    const fromDatabase = await post(b.url, '/in-tx', { label }, `k-${label}`);
+    expect(fromDatabase.headers['idempotent-replayed']).toBe('true');
+    expect(Buffer.compare(fromDatabase.body, first.body)).toBe(0);
+    await db.query('DELETE FROM idempotency_keys WHERE key = $1', [`k-${label}`]);
+    for (const app of [a, b]) {
+      const fromMemory = await post(app.url, '/in-tx', { label }, `k-${label}`);
+      expect(fromMemory.headers['idempotent-replayed']).toBe('true');
+      expect(Buffer.compare(fromMemory.body, first.body)).toBe(0);
+    }
+    expect(a.probe.count(label) + b.probe.count(label)).toBe(1);
+    expect(await effects(label)).toBe(1);
+  });
+
   it('remembers a replay from the database no longer than its record lives, by the database clock', async () => {
     const label = fresh();
     await post(a.url, '/items', { label }, `k-${label}`);

@@ -120,7 +120,9 @@ export function requestTransactionKeyFunctions(tableName: string, dialect: Funct
              RETURN QUERY SELECT 'mismatch'::text, r.attempt, NULL::text, NULL::integer,
                NULL::integer, NULL::jsonb, NULL::bytea, NULL::text, NULL::text;
            ELSE
-             RETURN QUERY SELECT 'completed'::text, r.attempt, NULL::text, NULL::integer,
+             -- retry_after carries the seconds the record has left, by this clock, as the ordinary claim's does.
+             RETURN QUERY SELECT 'completed'::text, r.attempt, NULL::text,
+               least(floor(extract(epoch FROM (r.expires_at - now()))), 2147483647)::integer,
                r.response_status, r.response_headers, r.response_body, NULL::text, NULL::text;
            END IF;
            RETURN;
