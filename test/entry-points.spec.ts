@@ -43,6 +43,8 @@ const SUBPATHS: Array<[subpath: string, source: string, staticPeers: string[]]> 
   // The app's own transaction managers: their packages are loaded at start-up, only when one is the module's transactionManager.
   ['./cls-transactional', 'src/integrations/cls-transactional/index.ts', []],
   ['./typeorm-transactional', 'src/integrations/typeorm-transactional/index.ts', []],
+  // A pg pool for ORMs on the app's own pool (Prisma's @prisma/adapter-pg): pg only, a required peer.
+  ['./pg-pool', 'src/integrations/pg-pool/index.ts', []],
 ];
 
 describe('the root entry (nest-idempotency-pg)', () => {
@@ -89,6 +91,7 @@ describe('the root entry (nest-idempotency-pg)', () => {
       store: Object.keys(await import('../src/store/index.js')),
       clsTransactional: Object.keys(await import('../src/integrations/cls-transactional/index.js')),
       typeormTransactional: Object.keys(await import('../src/integrations/typeorm-transactional/index.js')),
+      pgPool: Object.keys(await import('../src/integrations/pg-pool/index.js')),
     };
     for (const [subpath, names] of Object.entries(subpaths)) {
       expect({ subpath, shared: names.filter((name) => root.includes(name)) }).toEqual({ subpath, shared: [] });
@@ -114,6 +117,7 @@ describe('the root entry (nest-idempotency-pg)', () => {
       store: ['IdempotencyStore', 'beginAttempt'],
       clsTransactional: ['clsTransactional'],
       typeormTransactional: ['typeormTransactional'],
+      pgPool: ['IdempotentPool', 'idempotentPool'],
     });
   });
 });
@@ -149,6 +153,8 @@ describe('the subpaths', () => {
       'nestjs-cls',
       '@nestjs-cls/transactional',
       'typeorm-transactional',
+      '@prisma/adapter-pg',
+      '@prisma/client',
     ]) {
       expect({ name, peer: typeof manifest.peerDependencies[name], optional: optionalPeers.includes(name) }).toEqual({
         name,
