@@ -1,0 +1,362 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import {
+  Body,
+  Controller,
+  Inject,
+  InternalServerErrorException,
+  Module,
+  Post,
+  type INestApplication,
+  type LoggerService,
+} from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { ExpressAdapter } from '@nestjs/platform-express';
+import { FastifyAdapter } from '@nestjs/platform-fastify';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import { PrismaPg } from '@prisma/adapter-pg';
+import pg from 'pg';
+import { IdempotencyModule, Idempotent, TransactionHost } from '../src/index.js';
+import { idempotentPool } from '../src/integrations/pg-pool/index.js';
+import { createTables, databaseUrl, dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
+import { post, sleep } from './support/http.js';
+import { keyTableOptions } from './support/key-table.js';
+import { ADAPTERS, type AdapterName } from './support/test-app.js';
+
+/**
+ * The generated client of test/prisma/schema.prisma (the global setup generates it, see
+ * support/prisma-generate.ts), imported by a name the type-check does not follow, so that
+ * `tsc` passes before it exists; these are the few members the tests use.
+ */
+interface EffectDelegate {
+  create(args: { data: { tenant: string; label: string } }): Promise<unknown>;
+}
+interface PrismaLike {
+  effect: EffectDelegate;
+  $transaction<T>(
+    fn: (tx: Pick<PrismaLike, 'effect' | '$queryRawUnsafe'>) => Promise<T>,
+    options?: { isolationLevel?: string },
+  ): Promise<T>;
+  $queryRawUnsafe<T>(sql: string): Promise<T>;
+  $on(event: 'query', listener: (event: { query: string }) => void): void;
+  $disconnect(): Promise<void>;
+}
+type PrismaClientClass = new (options: { adapter: PrismaPg; log: Array<{ emit: 'event'; level: 'query' }> }) => PrismaLike;
+const GENERATED_CLIENT = './prisma/generated/client.js';
+
+type ClaimMode = 'separate' | 'request-transaction';
+
+/** What a request asks the handler to do, besides writing one effect row (tenant `app`) through Prisma. */
+interface Scenario {
+  label: string;
+  /** `fail`: a 500 after the writes; `fail-first`: only on the label's first attempt. */
+  then?: 'fail' | 'fail-first';
+  /** `commit`: an interactive $transaction writing a row `app-tx`; `throw`: one that writes it, then throws (caught). */
+  tx?: 'commit' | 'throw';
+  /** Ask the interactive transaction for this isolation level (Prisma's spelling). */
+  isolation?: string;
+  delay?: number;
+}
+
+const PRISMA = Symbol('prisma');
+
+/** Per label: how many times the handler started, and how many times it reached its answer. */
+class Attempts {
+  readonly started = new Map<string, number>();
+  readonly finished = new Map<string, number>();
+}
+
+function appModule(schema: string, claimMode: ClaimMode, prisma: PrismaLike, attempts: Attempts) {
+  @Controller()
+  class EffectsController {
+    constructor(
+      @Inject(PRISMA) private readonly prisma: PrismaLike,
+      private readonly tx: TransactionHost,
+    ) {}
+
+    @Post('effects')
+    @Idempotent({ onError: 'release' })
+    async create(@Body() body: Scenario) {
+      const attempt = (attempts.started.get(body.label) ?? 0) + 1;
+      attempts.started.set(body.label, attempt);
+      const answer = await this.work(body, attempt);
+      attempts.finished.set(body.label, (attempts.finished.get(body.label) ?? 0) + 1);
+      return answer;
+    }
+
+    // No @Idempotent(): the pool is the app's own.
+    @Post('plain')
+    async plain(@Body() body: Scenario) {
+      return this.work(body, 1);
+    }
+
+    private async work(body: Scenario, attempt: number) {
+      const { label } = body;
+      await this.prisma.effect.create({ data: { tenant: 'app', label } });
+      const [{ txid }] = await this.prisma.$queryRawUnsafe<Array<{ txid: string }>>('SELECT txid_current()::text AS txid');
+      const [{ txid: moduleTxid }] = (await this.tx.manager.query('SELECT txid_current()::text AS txid')) as Array<{
+        txid: string;
+      }>;
+      let transaction = 'none';
+      if (body.tx === 'commit' || body.isolation) {
+        try {
+          await this.prisma.$transaction((t) => t.effect.create({ data: { tenant: 'app-tx', label } }), {
+            isolationLevel: body.isolation,
+          });
+          transaction = 'committed';
+        } catch (error) {
+          transaction = (error as Error).message;
+        }
+      }
+      let innerTxid: string | undefined;
+      if (body.tx === 'throw') {
+        await this.prisma
+          .$transaction(async (t) => {
+            await t.effect.create({ data: { tenant: 'app-tx', label } });
+            [{ txid: innerTxid }] = await t.$queryRawUnsafe<Array<{ txid: string }>>('SELECT txid_current()::text AS txid');
+            throw new Error('the app’s transaction fails');
+          })
+          .catch(() => undefined);
+        await this.prisma.effect.create({ data: { tenant: 'app-after', label } });
+      }
+      if (body.delay) await sleep(body.delay);
+      if (body.then === 'fail' || (body.then === 'fail-first' && attempt === 1))
+        throw new InternalServerErrorException('failed after the writes');
+      return { label, attempt, txid, moduleTxid, innerTxid, transaction };
+    }
+  }
+
+  @Module({
+    imports: [
+      TypeOrmModule.forRoot({ ...dataSourceOptions(schema), retryAttempts: 0 }),
+      IdempotencyModule.forRoot({
+        tenant: (ctx) => ctx.switchToHttp().getRequest<{ headers: Record<string, string> }>().headers['x-tenant'],
+        sweep: false,
+        claimMode,
+        ...keyTableOptions(),
+      }),
+    ],
+    controllers: [EffectsController],
+    providers: [{ provide: PRISMA, useValue: prisma }],
+  })
+  class PrismaAppModule {}
+  return PrismaAppModule;
+}
+
+/** Every line the app logs, for checking that no key reaches a log. */
+class CapturingLogger implements LoggerService {
+  readonly lines: string[] = [];
+  log = (...parts: unknown[]) => this.lines.push(parts.map(String).join(' '));
+  error = this.log;
+  warn = this.log;
+  debug = this.log;
+  verbose = this.log;
+  fatal = this.log;
+}
+
+/**
+ * Issue 29: a Prisma 7 app (`@prisma/adapter-pg` on the app's pool, wrapped by
+ * `idempotentPool`) gets the module's guarantee: the handler's writes through
+ * its PrismaClient commit with the key's completion or roll back with it; its
+ * interactive transactions are savepoints of the key's transaction.
+ */
+describe.each(ADAPTERS)('Prisma through idempotentPool, over %s', (adapter: AdapterName) => {
+  describe.each<ClaimMode>(['separate', 'request-transaction'])('claim mode %s', (claimMode) => {
+    let app: INestApplication;
+    let url: string;
+    let db: pg.Client;
+    let pool: pg.Pool;
+    let prisma: PrismaLike;
+    const queries: string[] = [];
+    const logger = new CapturingLogger();
+    const attempts = new Attempts();
+    let n = 0;
+    const fresh = (kind: string) => `${kind}-${adapter}-${claimMode}-${Date.now()}-${++n}`;
+    /** Committed rows per tenant (`app`, `app-tx`, `app-after`) for `label`. */
+    const effects = async (label: string) => {
+      const { rows } = await db.query('SELECT tenant, count(*)::int AS n FROM effects WHERE label = $1 GROUP BY tenant', [label]);
+      return Object.fromEntries(rows.map((r: { tenant: string; n: number }) => [r.tenant, r.n]));
+    };
+    const keyStatus = async (key: string) =>
+      (
+        (await db.query('SELECT status FROM idempotency_keys WHERE tenant_id = $1 AND key = $2', ['tenant-a', key])).rows[0] as
+          { status: string } | undefined
+      )?.status;
+
+    beforeAll(async () => {
+      const schema = await freshSchema(`prisma_pool_${adapter}_${claimMode.replace('-', '_')}`);
+      await createTables(schema);
+      db = await sqlClient(schema);
+      // A COMMIT the database refuses: effect rows whose label is listed here fail the deferred trigger.
+      await db.query('CREATE TABLE refused_labels (label text PRIMARY KEY)');
+      await db.query(`CREATE FUNCTION judge_effect() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF EXISTS (SELECT 1 FROM refused_labels WHERE label = NEW.label) THEN
+            RAISE EXCEPTION 'effect refused at commit' USING ERRCODE = '23514';
+          END IF;
+          RETURN NULL;
+        END $$`);
+      await db.query(`CREATE CONSTRAINT TRIGGER judge_effect AFTER INSERT ON effects
+        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION judge_effect()`);
+
+      const { PrismaClient } = (await import(GENERATED_CLIENT)) as { PrismaClient: PrismaClientClass };
+      pool = new pg.Pool({ connectionString: databaseUrl(), options: `-c search_path=${schema}`, max: 5 });
+      prisma = new PrismaClient({
+        adapter: new PrismaPg(idempotentPool(pool), { schema }),
+        log: [{ emit: 'event', level: 'query' }],
+      });
+      prisma.$on('query', (event) => queries.push(event.query));
+      const module = appModule(schema, claimMode, prisma, attempts);
+      app =
+        adapter === 'express'
+          ? await NestFactory.create(module, new ExpressAdapter(), { logger, abortOnError: false })
+          : await NestFactory.create(module, new FastifyAdapter(), { logger, abortOnError: false });
+      await app.listen(0, '127.0.0.1');
+      url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+    });
+    afterAll(async () => {
+      await app?.close();
+      await prisma?.$disconnect();
+      await pool?.end();
+      await db?.end();
+    });
+
+    it('runs the handler’s Prisma writes in the key’s transaction, committed with its completion, and replays them', async () => {
+      const label = fresh('ok');
+      const first = await post(url, '/effects', { label }, `k-${label}`);
+      const replay = await post(url, '/effects', { label }, `k-${label}`);
+
+      expect(first.status).toBe(201);
+      // Prisma's statements and the module's TransactionHost ran in one transaction.
+      expect(first.json().txid).toBe(first.json().moduleTxid);
+      expect(await effects(label)).toEqual({ app: 1 });
+      expect(await keyStatus(`k-${label}`)).toBe('completed');
+      expect(replay.status).toBe(201);
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(replay.json()).toEqual(first.json());
+      expect(attempts.started.get(label)).toBe(1);
+    });
+
+    it('(a) runs 8 concurrent duplicates once: one effect row, the others replay or get 409', async () => {
+      const label = fresh('storm');
+      const answers = await Promise.all(
+        Array.from({ length: 8 }, () => post(url, '/effects', { label, delay: 300 }, `k-${label}`)),
+      );
+
+      const ran = answers.filter((a) => a.status === 201 && a.headers['idempotent-replayed'] !== 'true');
+      expect(ran).toHaveLength(1);
+      for (const answer of answers) expect([201, 409]).toContain(answer.status);
+      expect(attempts.started.get(label)).toBe(1);
+      expect(await effects(label)).toEqual({ app: 1 });
+      expect(await keyStatus(`k-${label}`)).toBe('completed');
+    });
+
+    it('(b) rolls the Prisma write back with a 5xx after it, releases the key, and the retry writes once', async () => {
+      const label = fresh('fail');
+      const failed = await post(url, '/effects', { label, then: 'fail-first' }, `k-${label}`);
+
+      expect(failed.status).toBe(500);
+      expect(await effects(label)).toEqual({});
+      expect(await keyStatus(`k-${label}`)).toBeUndefined();
+
+      const retry = await post(url, '/effects', { label, then: 'fail-first' }, `k-${label}`);
+      expect(retry.status).toBe(201);
+      expect(retry.headers['idempotent-replayed']).toBeUndefined();
+      expect(await effects(label)).toEqual({ app: 1 });
+      expect(await keyStatus(`k-${label}`)).toBe('completed');
+    });
+
+    it('(c) leaves neither the completion nor the Prisma write when the database refuses the COMMIT; the retry writes once', async () => {
+      const label = fresh('refuse');
+      await db.query('INSERT INTO refused_labels (label) VALUES ($1)', [label]);
+      const refused = await post(url, '/effects', { label }, `k-${label}`);
+
+      expect(refused.status).toBe(500);
+      // The handler's writes went through, and it answered: what failed was the COMMIT with the completion.
+      expect(attempts.finished.get(label)).toBe(1);
+      expect(await effects(label)).toEqual({});
+      expect(await keyStatus(`k-${label}`)).toBeUndefined();
+
+      await db.query('DELETE FROM refused_labels WHERE label = $1', [label]);
+      const retry = await post(url, '/effects', { label }, `k-${label}`);
+      expect(retry.status).toBe(201);
+      expect(attempts.started.get(label)).toBe(2);
+      expect(attempts.finished.get(label)).toBe(2);
+      expect(await effects(label)).toEqual({ app: 1 });
+      expect(await keyStatus(`k-${label}`)).toBe('completed');
+    });
+
+    it('(d) commits an interactive $transaction with the key, and rolls it back with a handler that then fails', async () => {
+      const committed = fresh('tx-ok');
+      const ok = await post(url, '/effects', { label: committed, tx: 'commit' }, `k-${committed}`);
+      expect(ok.status).toBe(201);
+      expect(ok.json().transaction).toBe('committed');
+      expect(await effects(committed)).toEqual({ app: 1, 'app-tx': 1 });
+
+      const label = fresh('tx-fail');
+      const failed = await post(url, '/effects', { label, tx: 'commit', then: 'fail' }, `k-${label}`);
+      expect(failed.status).toBe(500);
+      // Prisma's COMMIT of its transaction committed nothing: the handler's failure took it back.
+      expect(await effects(label)).toEqual({});
+      expect(await keyStatus(`k-${label}`)).toBeUndefined();
+    });
+
+    it('(d) undoes only the writes of a $transaction that throws in a handler that then succeeds (a savepoint)', async () => {
+      const label = fresh('tx-throw');
+      const answer = await post(url, '/effects', { label, tx: 'throw' }, `k-${label}`);
+
+      expect(answer.status).toBe(201);
+      // The app's transaction ran inside the key's: a savepoint of it, not a transaction of its own.
+      expect(answer.json().innerTxid).toBe(answer.json().moduleTxid);
+      expect(await effects(label)).toEqual({ app: 1, 'app-after': 1 });
+      expect(await keyStatus(`k-${label}`)).toBe('completed');
+    });
+
+    it('lets an interactive transaction ask for the key’s isolation level, and refuses another', async () => {
+      const same = fresh('iso-same');
+      const answer = await post(url, '/effects', { label: same, isolation: 'ReadCommitted' }, `k-${same}`);
+      expect(answer.json().transaction).toBe('committed');
+      expect(await effects(same)).toEqual({ app: 1, 'app-tx': 1 });
+
+      const other = fresh('iso-other');
+      const refused = await post(url, '/effects', { label: other, isolation: 'Serializable' }, `k-${other}`);
+      expect(refused.status).toBe(201);
+      expect(refused.json().transaction).toMatch(/isolation level SERIALIZABLE.*runs at READ COMMITTED/s);
+      // The refused transaction's savepoint was rolled back; the handler's own write stayed.
+      expect(await effects(other)).toEqual({ app: 1 });
+    });
+
+    it('(e) leaves writes outside idempotent handlers to the app’s pool: each commits on its own', async () => {
+      const label = fresh('plain');
+      const answer = await post(url, '/plain', { label, tx: 'throw' }, undefined);
+      expect(answer.status).toBe(201);
+      // Another transaction than the module's manager (which, outside a handler, runs each statement on its own).
+      expect(answer.json().txid).not.toBe(answer.json().moduleTxid);
+      expect(await effects(label)).toEqual({ app: 1, 'app-after': 1 });
+
+      const failing = fresh('plain-fail');
+      expect((await post(url, '/plain', { label: failing, tx: 'commit', then: 'fail' }, undefined)).status).toBe(500);
+      // No idempotent execution: the writes committed before the failure.
+      expect(await effects(failing)).toEqual({ app: 1, 'app-tx': 1 });
+
+      const direct = fresh('direct');
+      await prisma.effect.create({ data: { tenant: 'app', label: direct } });
+      expect(await effects(direct)).toEqual({ app: 1 });
+    });
+
+    it('shows Prisma’s query log only the app’s statements, and no key reaches a log', async () => {
+      queries.length = 0;
+      const label = fresh('logged');
+      const key = `k-${label}`;
+      expect((await post(url, '/effects', { label, tx: 'throw' }, key)).status).toBe(201);
+
+      // Prisma logs the ROLLBACK of its transaction (not its BEGIN), as the app sent it: the pool made it a savepoint's.
+      expect(queries).toContain('ROLLBACK');
+      expect(queries.some((q) => q.includes('INSERT INTO') && q.includes('effects'))).toBe(true);
+      for (const query of queries) {
+        expect(query).not.toMatch(/idempotency_keys|SAVEPOINT|current_database|pg_postmaster_start_time/);
+        expect(query).not.toContain(key);
+      }
+      expect(logger.lines.filter((line) => line.includes(key) || line.includes(label))).toEqual([]);
+    });
+  });
+});
