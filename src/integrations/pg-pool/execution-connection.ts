@@ -17,13 +17,15 @@ const NOTHING_SENT = { command: 'SET', rowCount: null, oid: 0, rows: [], fields:
 /**
  * The connection of one idempotent execution's transaction, as the app's
  * statements see it: statements go to it as they are, transaction statements
- * are refused, and each client `connect()` lends keeps its transaction as a
- * savepoint of the execution's. Its savepoints nest like the app's
- * transactions would on a pool of one connection.
+ * are refused, and a client `connect()` lends keeps its transaction as a
+ * savepoint of the execution's. One such transaction is open at a time: a
+ * second one beside it would share its savepoint, and its COMMIT would be
+ * undone by the first one's ROLLBACK, which a pool of many connections never
+ * does.
  */
 export class ExecutionConnection {
-  /** Savepoints open now, innermost last. */
-  readonly open: string[] = [];
+  /** The lent client whose transaction is open, if any. */
+  holder?: ExecutionClient;
   private named = 0;
 
   private constructor(
@@ -110,8 +112,7 @@ export class ExecutionClient extends EventEmitter {
   release(): void {
     if (this.released) return;
     this.released = true;
-    if (this.savepoint) void this.undo(this.savepoint).catch(() => undefined);
-    this.savepoint = undefined;
+    if (this.savepoint) void this.undo().catch(() => undefined);
   }
 
   escapeLiteral(value: string): string {
@@ -134,9 +135,9 @@ export class ExecutionClient extends EventEmitter {
         await this.checkIsolation(statement.isolation);
         return NOTHING_SENT;
       case 'commit':
-        return this.end('commit');
+        return this.commit();
       case 'rollback':
-        return this.end('rollback');
+        return this.savepoint ? this.undo() : NOTHING_SENT;
       default:
         throw new Error(messages.controlRefused);
     }
@@ -145,47 +146,43 @@ export class ExecutionClient extends EventEmitter {
   private async begin(statement: Extract<TransactionStatement, { kind: 'begin' }>): Promise<pg.QueryResult> {
     if (this.savepoint) throw new Error(messages.beginTwice);
     if (statement.otherModes) throw new Error(messages.controlRefused);
-    if (statement.isolation) await this.checkIsolation(statement.isolation);
-    const name = this.connection.nextSavepoint();
-    this.savepoint = name;
-    this.connection.open.push(name);
-    return this.connection.client.query(`SAVEPOINT ${name}`);
+    if (this.connection.holder) throw new Error(messages.overlapping);
+    this.connection.holder = this;
+    try {
+      if (statement.isolation) await this.checkIsolation(statement.isolation);
+    } catch (error) {
+      this.connection.holder = undefined;
+      throw error;
+    }
+    this.savepoint = this.connection.nextSavepoint();
+    return this.connection.client.query(`SAVEPOINT ${this.savepoint}`);
   }
 
   /**
-   * COMMIT releases the savepoint, ROLLBACK rolls back to it and releases
-   * it. Without a transaction open nothing is sent, as PostgreSQL only warns
-   * then. A savepoint that is not the innermost open one cannot end alone.
+   * Releases the savepoint: its writes are the key's transaction's now. One
+   * that fails (the savepoint's work hit an error) leaves it open, and
+   * `release()` rolls back to it. Without a transaction open nothing is sent,
+   * as PostgreSQL only warns then.
    */
-  private async end(how: 'commit' | 'rollback'): Promise<pg.QueryResult> {
-    const name = this.savepoint;
-    if (!name) return NOTHING_SENT;
-    const open = this.connection.open;
-    if (open[open.length - 1] !== name) {
-      if (!open.includes(name)) this.savepoint = undefined;
-      throw new Error(messages.overlapping);
-    }
-    if (how === 'rollback') {
-      this.savepoint = undefined;
-      return this.undo(name);
-    }
-    // A RELEASE that fails (the savepoint's work hit an error) leaves it open: release() rolls back to it.
-    const answer = await this.connection.client.query(`RELEASE SAVEPOINT ${name}`);
-    open.pop();
-    this.savepoint = undefined;
+  private async commit(): Promise<pg.QueryResult> {
+    if (!this.savepoint) return NOTHING_SENT;
+    const answer = await this.connection.client.query(`RELEASE SAVEPOINT ${this.savepoint}`);
+    this.ended();
     return answer;
   }
 
-  /** Rolls back to `name` and releases it; the savepoints opened after it are gone with it. */
-  private undo(name: string): Promise<pg.QueryResult> {
-    const open = this.connection.open;
-    const at = open.indexOf(name);
-    if (at < 0) return Promise.resolve(NOTHING_SENT);
-    open.splice(at);
-    // Queued together: no statement of the app's runs between them.
+  /** Rolls back to the savepoint and releases it, queued together so that no other statement runs between them. */
+  private undo(): Promise<pg.QueryResult> {
+    const name = this.savepoint;
+    this.ended();
     const back = this.connection.client.query(`ROLLBACK TO SAVEPOINT ${name}`);
     const released = this.connection.client.query(`RELEASE SAVEPOINT ${name}`);
     return Promise.all([back, released]).then(([, answer]) => answer);
+  }
+
+  private ended(): void {
+    this.savepoint = undefined;
+    if (this.connection.holder === this) this.connection.holder = undefined;
   }
 
   private async checkIsolation(asked: IsolationLevel): Promise<void> {

@@ -26,7 +26,7 @@ export const idempotentPoolMessages = {
     `transaction joins as a savepoint, runs at ${running.toUpperCase()}. Ask for none (or the same) in idempotent handlers, ` +
     "or set the level for the key's transaction (the module's data source's isolationLevel).",
   overlapping:
-    "idempotentPool(): the app's transactions overlap on the key's transaction's one connection: this one ended while one " +
-    'opened after it was still open, or one around it was rolled back first. Run them one after the other (or nested), ' +
-    'as they run on one connection.',
+    "idempotentPool(): a second transaction of the app's while one is open: inside an idempotent execution they share the " +
+    "key's transaction's one connection, where the first one's ROLLBACK would undo the second one's COMMIT. Run them one " +
+    "after the other (nest with the ORM's own nested transactions, which are savepoints of the open one).",
 } as const;
