@@ -15,7 +15,8 @@ import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { PrismaPg } from '@prisma/adapter-pg';
 import pg from 'pg';
-import { IdempotencyModule, Idempotent, TransactionHost } from '../src/index.js';
+import type { EntityManager } from 'typeorm';
+import { IdempotencyModule, Idempotent, Phased, TransactionHost, type Phases } from '../src/index.js';
 import { idempotentPool } from '../src/integrations/pg-pool/index.js';
 import { createTables, databaseUrl, dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
 import { post, sleep } from './support/http.js';
@@ -58,6 +59,12 @@ interface Scenario {
 }
 
 const PRISMA = Symbol('prisma');
+/** The same app pool wrapped once more, used as node-postgres directly; and Prisma on a pool to another database. */
+const RAW = Symbol('raw pool');
+const OTHER_DB = Symbol('prisma on another database');
+
+/** What a request to `/raw` does with the wrapped pool itself. */
+type RawCase = 'commit-on-pool' | 'left-open' | 'overlap' | 'after-release';
 
 /** Per label: how many times the handler started, and how many times it reached its answer. */
 class Attempts {
@@ -65,13 +72,83 @@ class Attempts {
   readonly finished = new Map<string, number>();
 }
 
-function appModule(schema: string, claimMode: ClaimMode, prisma: PrismaLike, attempts: Attempts) {
+interface Dependencies {
+  prisma: PrismaLike;
+  raw: pg.Pool;
+  otherDatabase: PrismaLike;
+}
+
+function appModule(schema: string, claimMode: ClaimMode, dependencies: Dependencies, attempts: Attempts) {
   @Controller()
   class EffectsController {
     constructor(
       @Inject(PRISMA) private readonly prisma: PrismaLike,
+      @Inject(RAW) private readonly raw: pg.Pool,
+      @Inject(OTHER_DB) private readonly otherDatabase: PrismaLike,
       private readonly tx: TransactionHost,
     ) {}
+
+    @Post('raw')
+    @Idempotent({ onError: 'release' })
+    async rawPool(@Body() body: { label: string; case: RawCase; then?: 'fail' }) {
+      const { label } = body;
+      const insert = 'INSERT INTO effects (tenant, label) VALUES ($1, $2)';
+      const refusal = (error: unknown) => (error as Error).message;
+      let refused: string | undefined;
+      if (body.case === 'commit-on-pool') {
+        await this.prisma.effect.create({ data: { tenant: 'app', label } });
+        refused = await this.raw.query('COMMIT').then(() => undefined, refusal);
+      } else if (body.case === 'left-open') {
+        const client = await this.raw.connect();
+        await client.query('BEGIN');
+        await client.query(insert, ['raw', label]);
+        client.release(); // no COMMIT: rolled back to its savepoint
+        await this.prisma.effect.create({ data: { tenant: 'app', label } });
+      } else if (body.case === 'overlap') {
+        const [first, second] = [await this.raw.connect(), await this.raw.connect()];
+        await first.query('BEGIN');
+        refused = await second.query('BEGIN').then(() => undefined, refusal);
+        await first.query(insert, ['raw', label]);
+        await first.query('COMMIT');
+        first.release();
+        second.release();
+      } else {
+        const client = await this.raw.connect();
+        client.release();
+        refused = await client.query('SELECT 1').then(() => undefined, refusal);
+      }
+      if (body.then === 'fail') throw new InternalServerErrorException('failed after the writes');
+      return { refused };
+    }
+
+    @Post('phased')
+    // Phases need a claim of their own (refused in request-transaction mode).
+    @Idempotent({ phases: true, claimMode: 'separate', onError: 'release' })
+    async phased(@Body() body: { label: string; then?: 'fail' }, @Phased() phases: Phases<EntityManager>) {
+      const write = async (phase: string, tx: EntityManager) => {
+        await this.prisma.effect.create({ data: { tenant: phase, label: body.label } });
+        const [{ txid }] = await this.prisma.$queryRawUnsafe<Array<{ txid: string }>>('SELECT txid_current()::text AS txid');
+        const [{ txid: phaseTxid }] = (await tx.query('SELECT txid_current()::text AS txid')) as Array<{ txid: string }>;
+        return { txid, phaseTxid };
+      };
+      const first = await phases.run('first', (tx) => write('phase-1', tx));
+      const second = await phases.run('second', async (tx) => {
+        const ids = await write('phase-2', tx);
+        if (body.then === 'fail') throw new Error('the second phase fails');
+        return ids;
+      });
+      return { first, second };
+    }
+
+    @Post('other-database')
+    @Idempotent()
+    async otherDatabaseWrite(@Body() body: { label: string }) {
+      const refused = await this.otherDatabase.effect.create({ data: { tenant: 'app', label: body.label } }).then(
+        () => undefined,
+        (error: Error) => error.message,
+      );
+      return { refused };
+    }
 
     @Post('effects')
     @Idempotent({ onError: 'release' })
@@ -136,10 +213,21 @@ function appModule(schema: string, claimMode: ClaimMode, prisma: PrismaLike, att
       }),
     ],
     controllers: [EffectsController],
-    providers: [{ provide: PRISMA, useValue: prisma }],
+    providers: [
+      { provide: PRISMA, useValue: dependencies.prisma },
+      { provide: RAW, useValue: dependencies.raw },
+      { provide: OTHER_DB, useValue: dependencies.otherDatabase },
+    ],
   })
   class PrismaAppModule {}
   return PrismaAppModule;
+}
+
+/** The same server, its `postgres` database: not the module's. */
+function otherDatabaseUrl(): string {
+  const url = new URL(databaseUrl());
+  url.pathname = '/postgres';
+  return url.toString();
 }
 
 /** Every line the app logs, for checking that no key reaches a log. */
@@ -166,6 +254,8 @@ describe.each(ADAPTERS)('Prisma through idempotentPool, over %s', (adapter: Adap
     let db: pg.Client;
     let pool: pg.Pool;
     let prisma: PrismaLike;
+    let otherPool: pg.Pool;
+    let otherDatabase: PrismaLike;
     const queries: string[] = [];
     const logger = new CapturingLogger();
     const attempts = new Attempts();
@@ -205,7 +295,9 @@ describe.each(ADAPTERS)('Prisma through idempotentPool, over %s', (adapter: Adap
         log: [{ emit: 'event', level: 'query' }],
       });
       prisma.$on('query', (event) => queries.push(event.query));
-      const module = appModule(schema, claimMode, prisma, attempts);
+      otherPool = new pg.Pool({ connectionString: otherDatabaseUrl(), max: 2 });
+      otherDatabase = new PrismaClient({ adapter: new PrismaPg(idempotentPool(otherPool), { schema }), log: [] });
+      const module = appModule(schema, claimMode, { prisma, raw: idempotentPool(pool), otherDatabase }, attempts);
       app =
         adapter === 'express'
           ? await NestFactory.create(module, new ExpressAdapter(), { logger, abortOnError: false })
@@ -216,7 +308,9 @@ describe.each(ADAPTERS)('Prisma through idempotentPool, over %s', (adapter: Adap
     afterAll(async () => {
       await app?.close();
       await prisma?.$disconnect();
+      await otherDatabase?.$disconnect();
       await pool?.end();
+      await otherPool?.end();
       await db?.end();
     });
 
@@ -357,6 +451,63 @@ describe.each(ADAPTERS)('Prisma through idempotentPool, over %s', (adapter: Adap
         expect(query).not.toContain(key);
       }
       expect(logger.lines.filter((line) => line.includes(key) || line.includes(label))).toEqual([]);
+    });
+    it('refuses a COMMIT sent through pool.query() in a handler: the writes stay the key’s transaction’s', async () => {
+      const label = fresh('pool-commit');
+      const answer = await post(url, '/raw', { label, case: 'commit-on-pool' }, `k-${label}`);
+      expect(answer.status).toBe(201);
+      expect(answer.json().refused).toMatch(/a transaction statement sent through pool\.query\(\)/);
+      expect(await effects(label)).toEqual({ app: 1 });
+
+      const failing = fresh('pool-commit-fail');
+      expect((await post(url, '/raw', { label: failing, case: 'commit-on-pool', then: 'fail' }, `k-${failing}`)).status).toBe(
+        500,
+      );
+      // Had the COMMIT gone through, the write would have outlived the handler's failure.
+      expect(await effects(failing)).toEqual({});
+    });
+
+    it('rolls back a lent client’s transaction left open at its release, and keeps the handler’s other writes', async () => {
+      const label = fresh('left-open');
+      const answer = await post(url, '/raw', { label, case: 'left-open' }, `k-${label}`);
+      expect(answer.status).toBe(201);
+      expect(await effects(label)).toEqual({ app: 1 });
+    });
+
+    it('refuses a second transaction of the app’s while one is open on the execution’s connection', async () => {
+      const label = fresh('overlap');
+      const answer = await post(url, '/raw', { label, case: 'overlap' }, `k-${label}`);
+      expect(answer.status).toBe(201);
+      expect(answer.json().refused).toMatch(/a second transaction of the app's while one is open/);
+      expect(await effects(label)).toEqual({ raw: 1 });
+    });
+
+    it('refuses statements on a lent client after its release', async () => {
+      const label = fresh('released');
+      const answer = await post(url, '/raw', { label, case: 'after-release' }, `k-${label}`);
+      expect(answer.json().refused).toMatch(/this client was released/);
+    });
+
+    it('runs each phase’s Prisma writes in that phase’s transaction', async () => {
+      const label = fresh('phased');
+      const answer = await post(url, '/phased', { label }, `k-${label}`);
+      expect(answer.status).toBe(201);
+      const { first, second } = answer.json();
+      expect(first.txid).toBe(first.phaseTxid);
+      expect(second.txid).toBe(second.phaseTxid);
+      expect(first.txid).not.toBe(second.txid);
+      expect(await effects(label)).toEqual({ 'phase-1': 1, 'phase-2': 1 });
+
+      const failing = fresh('phased-fail');
+      expect((await post(url, '/phased', { label: failing, then: 'fail' }, `k-${failing}`)).status).toBe(500);
+      // The first phase committed on its own; the second rolled back with its failure.
+      expect(await effects(failing)).toEqual({ 'phase-1': 1 });
+    });
+
+    it('refuses the app’s statements in a handler when its pool reaches another database than the module', async () => {
+      const label = fresh('other-db');
+      const answer = await post(url, '/other-database', { label }, `k-${label}`);
+      expect(answer.json().refused).toMatch(/the app's pool reaches database "postgres"/);
     });
   });
 });
