@@ -60,8 +60,8 @@ describe.each(ADAPTERS)(
       await createTables(schema);
       db = await sqlClient(schema);
       // A COMMIT the database refuses: the module's own row (written after the method returned) of a label listed here.
-    // Had the method committed a transaction of its own, its row would stay.
-    await db.query('CREATE TABLE refused_labels (label text PRIMARY KEY)');
+      // Had the method committed a transaction of its own, its row would stay.
+      await db.query('CREATE TABLE refused_labels (label text PRIMARY KEY)');
       await db.query(`CREATE FUNCTION judge_effect() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN
         IF NEW.tenant = 'module' AND EXISTS (SELECT 1 FROM refused_labels WHERE label = NEW.label) THEN
