@@ -63,8 +63,13 @@ export class ExecutionConnection {
     return new ExecutionClient(this);
   }
 
+  /** False once the execution's transaction has ended and its connection went back to the module's pool. */
+  get live(): boolean {
+    return !this.runner.isReleased;
+  }
+
   checkLive(): void {
-    if (this.runner.isReleased) throw new Error(messages.ended);
+    if (!this.live) throw new Error(messages.ended);
   }
 
   /** A savepoint name no other of this transaction has; never derived from the key or the request. */
@@ -112,7 +117,8 @@ export class ExecutionClient extends EventEmitter {
   release(): void {
     if (this.released) return;
     this.released = true;
-    if (this.savepoint) void this.undo().catch(() => undefined);
+    // After the execution's transaction ended, its connection is someone else's: nothing is sent there.
+    if (this.savepoint && this.connection.live) void this.undo().catch(() => undefined);
   }
 
   escapeLiteral(value: string): string {
