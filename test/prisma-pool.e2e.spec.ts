@@ -64,12 +64,14 @@ const RAW = Symbol('raw pool');
 const OTHER_DB = Symbol('prisma on another database');
 
 /** What a request to `/raw` does with the wrapped pool itself. */
-type RawCase = 'commit-on-pool' | 'left-open' | 'overlap' | 'after-release';
+type RawCase = 'commit-on-pool' | 'left-open' | 'overlap' | 'after-release' | 'leak';
 
 /** Per label: how many times the handler started, and how many times it reached its answer. */
 class Attempts {
   readonly started = new Map<string, number>();
   readonly finished = new Map<string, number>();
+  /** What a write the handler left running after its answer met. */
+  readonly leaked = new Map<string, string>();
 }
 
 interface Dependencies {
@@ -112,6 +114,14 @@ function appModule(schema: string, claimMode: ClaimMode, dependencies: Dependenc
         await first.query('COMMIT');
         first.release();
         second.release();
+      } else if (body.case === 'leak') {
+        // Work the handler does not await: it runs once the key's transaction has ended.
+        setTimeout(() => {
+          this.prisma.effect.create({ data: { tenant: 'leak', label } }).then(
+            () => attempts.leaked.set(label, 'written'),
+            (error: Error) => attempts.leaked.set(label, error.message),
+          );
+        }, 200);
       } else {
         const client = await this.raw.connect();
         client.release();
@@ -486,6 +496,14 @@ describe.each(ADAPTERS)('Prisma through idempotentPool, over %s', (adapter: Adap
       const label = fresh('released');
       const answer = await post(url, '/raw', { label, case: 'after-release' }, `k-${label}`);
       expect(answer.json().refused).toMatch(/this client was released/);
+    });
+
+    it('refuses a write the handler left running after its transaction ended, rather than run it on a connection lent to another', async () => {
+      const label = fresh('leak');
+      expect((await post(url, '/raw', { label, case: 'leak' }, `k-${label}`)).status).toBe(201);
+      for (let waited = 0; !attempts.leaked.has(label) && waited < 5_000; waited += 50) await sleep(50);
+      expect(attempts.leaked.get(label)).toMatch(/the idempotent execution's transaction has ended/);
+      expect(await effects(label)).toEqual({});
     });
 
     it('runs each phase’s Prisma writes in that phase’s transaction', async () => {
