@@ -16,7 +16,7 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import { PrismaPg } from '@prisma/adapter-pg';
 import pg from 'pg';
 import type { EntityManager } from 'typeorm';
-import { IdempotencyModule, Idempotent, Phased, TransactionHost, type Phases } from '../src/index.js';
+import { IdempotencyModule, IdempotencyService, Idempotent, Phased, TransactionHost, type Phases } from '../src/index.js';
 import { idempotentPool } from '../src/integrations/pg-pool/index.js';
 import { createTables, databaseUrl, dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
 import { post, sleep } from './support/http.js';
@@ -64,7 +64,7 @@ const RAW = Symbol('raw pool');
 const OTHER_DB = Symbol('prisma on another database');
 
 /** What a request to `/raw` does with the wrapped pool itself. */
-type RawCase = 'commit-on-pool' | 'left-open' | 'overlap' | 'after-release' | 'leak';
+type RawCase = 'commit-on-pool' | 'left-open' | 'overlap' | 'after-release' | 'leak' | 'parallel';
 
 /** Per label: how many times the handler started, and how many times it reached its answer. */
 class Attempts {
@@ -88,7 +88,26 @@ function appModule(schema: string, claimMode: ClaimMode, dependencies: Dependenc
       @Inject(RAW) private readonly raw: pg.Pool,
       @Inject(OTHER_DB) private readonly otherDatabase: PrismaLike,
       private readonly tx: TransactionHost,
+      private readonly idempotency: IdempotencyService,
     ) {}
+
+    // No route of its own: IdempotencyService.execute, as a job would call it.
+    @Post('job')
+    async job(@Body() body: { label: string; then?: 'fail' }) {
+      return this.idempotency
+        .execute(
+          { tenant: 'tenant-a', key: `job-${body.label}`, payload: body, label: 'prisma-job', onError: 'release' },
+          async () => {
+            await this.prisma.effect.create({ data: { tenant: 'app', label: body.label } });
+            if (body.then === 'fail') throw new Error('the job failed after its write');
+            return { done: true };
+          },
+        )
+        .then(
+          (result) => ({ result }),
+          (error: Error) => ({ failed: error.message }),
+        );
+    }
 
     @Post('raw')
     @Idempotent({ onError: 'release' })
@@ -114,6 +133,9 @@ function appModule(schema: string, claimMode: ClaimMode, dependencies: Dependenc
         await first.query('COMMIT');
         first.release();
         second.release();
+      } else if (body.case === 'parallel') {
+        // The handler's first statements, side by side (in separate mode they carry the deferred BEGIN).
+        await Promise.all([1, 2, 3].map(() => this.prisma.effect.create({ data: { tenant: 'app', label } })));
       } else if (body.case === 'leak') {
         // Work the handler does not await: it runs once the key's transaction has ended.
         setTimeout(() => {
@@ -504,6 +526,28 @@ describe.each(ADAPTERS)('Prisma through idempotentPool, over %s', (adapter: Adap
       for (let waited = 0; !attempts.leaked.has(label) && waited < 5_000; waited += 50) await sleep(50);
       expect(attempts.leaked.get(label)).toMatch(/the idempotent execution's transaction has ended/);
       expect(await effects(label)).toEqual({});
+    });
+
+    it('runs the handler’s first statements sent side by side in the key’s transaction', async () => {
+      const label = fresh('parallel');
+      expect((await post(url, '/raw', { label, case: 'parallel' }, `k-${label}`)).status).toBe(201);
+      expect(await effects(label)).toEqual({ app: 3 });
+
+      const failing = fresh('parallel-fail');
+      expect((await post(url, '/raw', { label: failing, case: 'parallel', then: 'fail' }, `k-${failing}`)).status).toBe(500);
+      expect(await effects(failing)).toEqual({});
+    });
+
+    it('runs IdempotencyService.execute’s Prisma writes in its transaction', async () => {
+      const label = fresh('job');
+      expect((await post(url, '/job', { label }, undefined)).json()).toEqual({ result: { done: true } });
+      expect(await effects(label)).toEqual({ app: 1 });
+
+      const failing = fresh('job-fail');
+      expect((await post(url, '/job', { label: failing, then: 'fail' }, undefined)).json()).toEqual({
+        failed: 'the job failed after its write',
+      });
+      expect(await effects(failing)).toEqual({});
     });
 
     it('runs each phase’s Prisma writes in that phase’s transaction', async () => {
