@@ -8,6 +8,10 @@ type Callback = (error: Error | null, ...results: any[]) => void;
 
 /** Which database a connection reaches: its name, and its server told apart by when it started. */
 const IDENTITY = 'SELECT current_database() AS name, pg_postmaster_start_time()::text AS started';
+interface DatabaseIdentity {
+  name: string;
+  started: string;
+}
 
 /**
  * A `pg.Pool` for an ORM that runs on the app's own pool (Prisma's
@@ -28,12 +32,13 @@ const IDENTITY = 'SELECT current_database() AS name, pg_postmaster_start_time():
  *   and the module's data source reach the same database.
  *
  * Everything runs on one connection there: the ORM's transactions run one
- * after the other or nested, not side by side.
+ * after the other (a second one beside an open one is refused), and nest
+ * only through the ORM's own savepoints.
  */
 export class IdempotentPool extends pg.Pool {
-  /** Per module data source: whether the app's pool reaches the same database. */
-  private readonly checked = new WeakMap<DataSource, Promise<void>>();
-  private appIdentity?: Promise<string>;
+  /** Per module data source: the error to throw when the app's pool reaches another database, else undefined. */
+  private readonly checked = new WeakMap<DataSource, Promise<Error | undefined>>();
+  private appIdentity?: Promise<DatabaseIdentity>;
 
   constructor(readonly appPool: pg.Pool) {
     // pg.Pool's own state stays unused (it opens nothing until asked); `options` is what adapters read of a pool.
@@ -79,20 +84,23 @@ export class IdempotentPool extends pg.Pool {
     return connection;
   }
 
-  private sameDatabase(connection: ExecutionConnection): Promise<void> {
+  private async sameDatabase(connection: ExecutionConnection): Promise<void> {
     let check = this.checked.get(connection.dataSource);
     if (!check) {
-      check = Promise.all([this.identityOfApp(), identityOf(connection.client)]).then(([app, module]) => {
-        if (app !== module) throw new Error(messages.otherDatabase(app.split('@')[0], module.split('@')[0]));
-      });
-      // A check that could not run (the database did not answer) is tried again by the next statement.
+      check = Promise.all([this.identityOfApp(), identityOf(connection.client)]).then(([app, module]) =>
+        app.name === module.name && app.started === module.started
+          ? undefined
+          : new Error(messages.otherDatabase(app.name, module.name)),
+      );
+      // A check that could not run (the database did not answer) is tried again by the next statement; a verdict is kept.
       check.catch(() => this.checked.delete(connection.dataSource));
       this.checked.set(connection.dataSource, check);
     }
-    return check;
+    const mismatch = await check;
+    if (mismatch) throw new Error(mismatch.message);
   }
 
-  private identityOfApp(): Promise<string> {
+  private identityOfApp(): Promise<DatabaseIdentity> {
     this.appIdentity ??= identityOf(this.appPool);
     this.appIdentity.catch(() => (this.appIdentity = undefined));
     return this.appIdentity;
@@ -107,10 +115,9 @@ for (const count of ['totalCount', 'idleCount', 'waitingCount'] as const)
     },
   });
 
-async function identityOf(queryable: Pick<PgConnection, 'query'> | pg.Pool): Promise<string> {
+async function identityOf(queryable: Pick<PgConnection, 'query'> | pg.Pool): Promise<DatabaseIdentity> {
   const { rows } = await (queryable as PgConnection).query(IDENTITY);
-  const row = rows[0] as { name: string; started: string };
-  return `${row.name}@${row.started}`;
+  return rows[0] as DatabaseIdentity;
 }
 
 /**
