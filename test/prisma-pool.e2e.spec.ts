@@ -570,6 +570,11 @@ describe.each(ADAPTERS)('Prisma through idempotentPool, over %s', (adapter: Adap
       const label = fresh('other-db');
       const answer = await post(url, '/other-database', { label }, `k-${label}`);
       expect(answer.json().refused).toMatch(/the app's pool reaches database "postgres"/);
+      // The verdict is kept: the next execution is refused too.
+      const again = fresh('other-db');
+      expect((await post(url, '/other-database', { label: again }, `k-${again}`)).json().refused).toMatch(
+        /the app's pool reaches database "postgres"/,
+      );
     });
   });
 });
