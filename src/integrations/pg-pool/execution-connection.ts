@@ -39,6 +39,8 @@ export class ExecutionConnection {
   static of(runner: QueryRunner): Promise<ExecutionConnection> {
     let connection = ExecutionConnection.byRunner.get(runner);
     if (!connection) {
+      // A released runner's connect() would take a new connection from the module's pool, and nothing would give it back.
+      if (runner.isReleased) return Promise.reject(new Error(messages.ended));
       connection = (async () => new ExecutionConnection(runner, (await runner.connect()) as PgConnection))();
       ExecutionConnection.byRunner.set(runner, connection);
     }
