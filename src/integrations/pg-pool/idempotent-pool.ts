@@ -125,8 +125,11 @@ async function identityOf(queryable: Pick<PgConnection, 'query'> | pg.Pool): Pro
  * place of the pool itself, e.g. `new PrismaClient({ adapter: new
  * PrismaPg(idempotentPool(pool)) })`. The pool and IdempotencyModule's data
  * source must reach the same database (checked at the first statement inside
- * an idempotent execution). Ending the returned pool ends the app's.
+ * an idempotent execution). Ending the returned pool ends the app's. Throws
+ * when `pool` is not a `pg.Pool` of the `pg` this package loads (two copies
+ * of `pg` in the app, where an ORM's `instanceof pg.Pool` may fail too).
  */
 export function idempotentPool(pool: pg.Pool): IdempotentPool {
+  if (!(pool instanceof pg.Pool)) throw new Error(messages.notAPool);
   return new IdempotentPool(pool);
 }

@@ -7,6 +7,10 @@ export const idempotentPoolMessages = {
     "idempotentPool(): the idempotent execution's transaction has ended; a statement sent after it (from work the " +
     'handler left running) would run on a connection lent to someone else. Await all work before the handler returns.',
   released: 'idempotentPool(): this client was released; take another with pool.connect().',
+  notAPool:
+    'idempotentPool(): the pool given is not a pg.Pool of the pg that nest-idempotency-pg loads: the app has two copies of ' +
+    "pg (npm ls pg), and an ORM's adapter (PrismaPg keeps an external pool only if it is an instance of its pg.Pool) may " +
+    'not recognise the wrapper either. Install one version of pg (npm dedupe, or align the versions), and pass a pg.Pool.',
   otherDatabase: (app: string, module: string) =>
     `idempotentPool(): the app's pool reaches database "${app}", IdempotencyModule's data source "${module}" ` +
     "(or the same name on another server), so the app's writes could not be part of the key's transaction. Give the " +
