@@ -37,6 +37,8 @@ interface PrismaLike {
     fn: (tx: Pick<PrismaLike, 'effect' | '$queryRawUnsafe'>) => Promise<T>,
     options?: { isolationLevel?: string },
   ): Promise<T>;
+  /** The batch form: the operations, unawaited, run in one transaction. */
+  $transaction(operations: Array<Promise<unknown>>): Promise<unknown[]>;
   $queryRawUnsafe<T>(sql: string): Promise<T>;
   $on(event: 'query', listener: (event: { query: string }) => void): void;
   $disconnect(): Promise<void>;
@@ -51,8 +53,11 @@ interface Scenario {
   label: string;
   /** `fail`: a 500 after the writes; `fail-first`: only on the label's first attempt. */
   then?: 'fail' | 'fail-first';
-  /** `commit`: an interactive $transaction writing a row `app-tx`; `throw`: one that writes it, then throws (caught). */
-  tx?: 'commit' | 'throw';
+  /**
+   * `commit`: an interactive $transaction writing a row `app-tx`; `throw`: one that writes it, then throws (caught);
+   * `batch`: a batch $transaction writing two.
+   */
+  tx?: 'commit' | 'throw' | 'batch';
   /** Ask the interactive transaction for this isolation level (Prisma's spelling). */
   isolation?: string;
   delay?: number;
@@ -206,6 +211,10 @@ function appModule(schema: string, claimMode: ClaimMode, dependencies: Dependenc
         txid: string;
       }>;
       let transaction = 'none';
+      if (body.tx === 'batch') {
+        const write = () => this.prisma.effect.create({ data: { tenant: 'app-tx', label } });
+        await this.prisma.$transaction([write(), write()]);
+      }
       if (body.tx === 'commit' || body.isolation) {
         try {
           await this.prisma.$transaction((t) => t.effect.create({ data: { tenant: 'app-tx', label } }), {
@@ -424,6 +433,16 @@ describe.each(ADAPTERS)('Prisma through idempotentPool, over %s', (adapter: Adap
       // Prisma's COMMIT of its transaction committed nothing: the handler's failure took it back.
       expect(await effects(label)).toEqual({});
       expect(await keyStatus(`k-${label}`)).toBeUndefined();
+    });
+
+    it('(d) commits a batch $transaction with the key, and rolls it back with a handler that then fails', async () => {
+      const committed = fresh('batch-ok');
+      expect((await post(url, '/effects', { label: committed, tx: 'batch' }, `k-${committed}`)).status).toBe(201);
+      expect(await effects(committed)).toEqual({ app: 1, 'app-tx': 2 });
+
+      const label = fresh('batch-fail');
+      expect((await post(url, '/effects', { label, tx: 'batch', then: 'fail' }, `k-${label}`)).status).toBe(500);
+      expect(await effects(label)).toEqual({});
     });
 
     it('(d) undoes only the writes of a $transaction that throws in a handler that then succeeds (a savepoint)', async () => {
