@@ -34,7 +34,7 @@ interface EffectDelegate {
 interface PrismaLike {
   effect: EffectDelegate;
   $transaction<T>(
-    fn: (tx: Pick<PrismaLike, 'effect' | '$queryRawUnsafe'>) => Promise<T>,
+    fn: (tx: Pick<PrismaLike, 'effect' | '$queryRawUnsafe' | '$transaction'>) => Promise<T>,
     options?: { isolationLevel?: string },
   ): Promise<T>;
   /** The batch form: the operations, unawaited, run in one transaction. */
@@ -55,9 +55,10 @@ interface Scenario {
   then?: 'fail' | 'fail-first';
   /**
    * `commit`: an interactive $transaction writing a row `app-tx`; `throw`: one that writes it, then throws (caught);
-   * `batch`: a batch $transaction writing two.
+   * `batch`: a batch $transaction writing two; `nested`: one writing `app-tx`, with a nested one (on its `tx` client)
+   * that writes `app-nested` and throws (caught).
    */
-  tx?: 'commit' | 'throw' | 'batch';
+  tx?: 'commit' | 'throw' | 'batch' | 'nested';
   /** Ask the interactive transaction for this isolation level (Prisma's spelling). */
   isolation?: string;
   delay?: number;
@@ -211,6 +212,17 @@ function appModule(schema: string, claimMode: ClaimMode, dependencies: Dependenc
         txid: string;
       }>;
       let transaction = 'none';
+      if (body.tx === 'nested') {
+        await this.prisma.$transaction(async (t) => {
+          await t.effect.create({ data: { tenant: 'app-tx', label } });
+          await t
+            .$transaction(async (inner) => {
+              await inner.effect.create({ data: { tenant: 'app-nested', label } });
+              throw new Error('the nested transaction fails');
+            })
+            .catch(() => undefined);
+        });
+      }
       if (body.tx === 'batch') {
         const write = () => this.prisma.effect.create({ data: { tenant: 'app-tx', label } });
         await this.prisma.$transaction([write(), write()]);
@@ -443,6 +455,16 @@ describe.each(ADAPTERS)('Prisma through idempotentPool, over %s', (adapter: Adap
       const label = fresh('batch-fail');
       expect((await post(url, '/effects', { label, tx: 'batch', then: 'fail' }, `k-${label}`)).status).toBe(500);
       expect(await effects(label)).toEqual({});
+    });
+
+    it('(d) undoes only a nested $transaction (on the tx client) that throws, and commits the rest with the key', async () => {
+      const label = fresh('nested');
+      expect((await post(url, '/effects', { label, tx: 'nested' }, `k-${label}`)).status).toBe(201);
+      expect(await effects(label)).toEqual({ app: 1, 'app-tx': 1 });
+
+      const failing = fresh('nested-fail');
+      expect((await post(url, '/effects', { label: failing, tx: 'nested', then: 'fail' }, `k-${failing}`)).status).toBe(500);
+      expect(await effects(failing)).toEqual({});
     });
 
     it('(d) undoes only the writes of a $transaction that throws in a handler that then succeeds (a savepoint)', async () => {
