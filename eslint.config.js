@@ -2,7 +2,18 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/', 'dist-sample/', 'coverage/', 'node_modules/', '.pgdata/', 'bench/results/', 'dist-bench/'] },
+  {
+    ignores: [
+      'dist/',
+      'dist-sample/',
+      'coverage/',
+      'node_modules/',
+      '.pgdata/',
+      'bench/results/',
+      'dist-bench/',
+      'test/prisma/generated/',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

@@ -93,6 +93,7 @@ try {
   check(JSON.stringify(subpaths.loaded) === JSON.stringify(loaded), `the subpaths loaded ${subpaths.loaded}`);
   check(subpaths.openapi && subpaths.fetch === 'function', `the OpenAPI or outbound subpath misbehaved: ${line}`);
   check(subpaths.board === 1, `the board subpath did not mount its controller: ${line}`);
+  check(subpaths.pgPool === true, `idempotentPool() of the pg-pool subpath is no pg.Pool: ${line}`);
   check(
     JSON.stringify(subpaths.migrations) === JSON.stringify(['function', 'function']),
     `the outbox or ledger subpath has no migration: ${line}`,

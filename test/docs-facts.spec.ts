@@ -20,6 +20,11 @@ const NUMBERS = [
   'thirteen',
   'fourteen',
   'fifteen',
+  'sixteen',
+  'seventeen',
+  'eighteen',
+  'nineteen',
+  'twenty',
 ];
 
 describe("docs/tsconfig.md says what package.json's exports and peers are", () => {

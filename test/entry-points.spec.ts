@@ -45,6 +45,8 @@ const SUBPATHS: Array<[subpath: string, source: string, staticPeers: string[]]> 
   ['./typeorm-transactional', 'src/integrations/typeorm-transactional/index.ts', []],
   // Drizzle's types only (its database in DrizzleTransactionHost#db); drizzle-orm itself is loaded at start-up.
   ['./drizzle', 'src/integrations/drizzle/index.ts', ['drizzle-orm']],
+  // A pg pool for ORMs on the app's own pool (Prisma's @prisma/adapter-pg): pg only, a required peer.
+  ['./pg-pool', 'src/integrations/pg-pool/index.ts', []],
 ];
 
 describe('the root entry (nest-idempotency-pg)', () => {
@@ -92,6 +94,7 @@ describe('the root entry (nest-idempotency-pg)', () => {
       clsTransactional: Object.keys(await import('../src/integrations/cls-transactional/index.js')),
       typeormTransactional: Object.keys(await import('../src/integrations/typeorm-transactional/index.js')),
       drizzle: Object.keys(await import('../src/integrations/drizzle/index.js')),
+      pgPool: Object.keys(await import('../src/integrations/pg-pool/index.js')),
     };
     for (const [subpath, names] of Object.entries(subpaths)) {
       expect({ subpath, shared: names.filter((name) => root.includes(name)) }).toEqual({ subpath, shared: [] });
@@ -118,6 +121,7 @@ describe('the root entry (nest-idempotency-pg)', () => {
       clsTransactional: ['clsTransactional'],
       typeormTransactional: ['typeormTransactional'],
       drizzle: ['DrizzleTransactionHost', 'IdempotencyDrizzleModule', 'clsTransactionalDrizzle'],
+      pgPool: ['IdempotentPool', 'idempotentPool'],
     });
   });
 });
@@ -155,6 +159,8 @@ describe('the subpaths', () => {
       'typeorm-transactional',
       'drizzle-orm',
       '@nestjs-cls/transactional-adapter-drizzle-orm',
+      '@prisma/adapter-pg',
+      '@prisma/client',
     ]) {
       expect({ name, peer: typeof manifest.peerDependencies[name], optional: optionalPeers.includes(name) }).toEqual({
         name,

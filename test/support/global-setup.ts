@@ -7,19 +7,27 @@ import type { EmbeddedDatabase } from '../../sample-app/embedded-postgres.js';
 // the helpers are named without the `.js` that ESM source needs.
 const HELPER = '../../sample-app/embedded-postgres';
 const BROKER_PROBE = './broker-probe';
+const PRISMA_GENERATE = './prisma-generate';
 
 declare global {
   var __EMBEDDED_DB__: EmbeddedDatabase | undefined;
 }
 
 /**
- * Probes the message brokers once, for the suites that need one; then uses
+ * Probes the message brokers once, for the suites that need one; generates
+ * the tests' Prisma client (see prisma-generate.ts); then uses
  * DATABASE_URL when set (CI, a developer's server), or starts a real embedded
  * PostgreSQL for this run. Workers inherit both findings through the
  * environment.
  */
-export default async function globalSetup(): Promise<void> {
+export default async function globalSetup(_globalConfig?: unknown, projectConfig?: { rootDir: string }): Promise<void> {
   await probeBrokers();
+  // The Prisma client of test/prisma-pool.e2e.spec.ts, generated before the workers start (the reliability
+  // setup, which runs no Prisma spec, calls this without Jest's configs).
+  if (projectConfig) {
+    const prisma = (await import(PRISMA_GENERATE)) as typeof import('./prisma-generate.js');
+    prisma.generatePrismaClient(projectConfig.rootDir);
+  }
   if (process.env.DATABASE_URL) return installPartman(process.env.DATABASE_URL);
   const { startEmbeddedPostgres } = (await import(HELPER)) as typeof import('../../sample-app/embedded-postgres.js');
   const dataDir = await mkdtemp(join(tmpdir(), 'idempotency-test-pg-'));

@@ -7,7 +7,9 @@ import { CreateEffectLedger1764806400000, EffectLedger, type EffectKeyOptions } 
 import { applyIdempotencyToOpenApi, IdempotencyOpenApiModule, type OpenApiDocumentLike } from 'nest-idempotency-pg/openapi';
 import { createDownstreamFetch, IdempotentHttpModule, type DownstreamFetch } from 'nest-idempotency-pg/outbound';
 import { CreateOutboxMessages1764547200000, Outbox, OutboxRelay, type OutboxMessage } from 'nest-idempotency-pg/outbox';
+import { idempotentPool } from 'nest-idempotency-pg/pg-pool';
 import { IdempotencyStore, type SweepOptions } from 'nest-idempotency-pg/store';
+import pg from 'pg';
 
 const extensions: IdempotencyErrorExtensions = { code: 'CONFLICT', type: 'urn:x', status: 409 };
 const document: OpenApiDocumentLike = { paths: {} };
@@ -16,6 +18,11 @@ const scope: BoardScope = { allTenants: true };
 const effect: EffectKeyOptions = { tenant: 'package-test' };
 const message: Pick<OutboxMessage, 'topic'> = { topic: 'receipt' };
 const sweep: SweepOptions = { batchSize: 100, maxDurationMs: 1000 };
+
+// What PrismaPg checks before it keeps a pool (no connection is opened).
+const appPool = new pg.Pool({ max: 1 });
+const pgPool = idempotentPool(appPool) instanceof pg.Pool;
+await appPool.end();
 
 let axios: string;
 try {
@@ -49,6 +56,7 @@ console.log(
       sweep: sweep.batchSize,
       openapi: applyIdempotencyToOpenApi(document) === document,
       fetch: typeof fetchWithKeys,
+      pgPool,
       axios,
     }),
 );

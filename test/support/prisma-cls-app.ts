@@ -1,0 +1,145 @@
+/**
+ * A Prisma 7 app whose writes go through `@nestjs-cls/transactional` with its
+ * Prisma adapter, set up as that adapter's docs say, on a `PrismaClient` over
+ * `idempotentPool(pool)`; the module is not told about the manager
+ * (`transactionManager` is for the TypeORM adapter). An OS process of its own
+ * (started through run-typescript.mjs): `nestjs-cls` 6 does not load under
+ * Jest's ESM mode on Node 20.
+ *
+ * Env: DATABASE_URL, APP_SCHEMA, HTTP_ADAPTER (`express` | `fastify`). Prints
+ * `listening <port>` once up, or `failed <error>`.
+ */
+import 'reflect-metadata';
+import { Body, Controller, Injectable, Module, Post, type INestApplication } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { ExpressAdapter } from '@nestjs/platform-express';
+import { FastifyAdapter } from '@nestjs/platform-fastify';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import { ClsPluginTransactional, Propagation, Transactional, TransactionHost } from '@nestjs-cls/transactional';
+import { TransactionalAdapterPrisma } from '@nestjs-cls/transactional-adapter-prisma';
+import { PrismaPg } from '@prisma/adapter-pg';
+import { ClsModule } from 'nestjs-cls';
+import pg from 'pg';
+import { Idempotent, IdempotencyModule, TransactionHost as ModuleTransactionHost } from '../../src/index.js';
+import { idempotentPool } from '../../src/integrations/pg-pool/index.js';
+import { dataSourceOptions } from './database.js';
+
+const schema = process.env.APP_SCHEMA!;
+const print = (line: string) => process.stdout.write(`${line}\n`);
+
+// The client the tests' global setup generated from test/prisma/schema.prisma, by a name the type-check does not follow.
+const GENERATED_CLIENT = '../prisma/generated/client.js';
+interface EffectsClient {
+  effect: { create(args: { data: { tenant: string; label: string } }): Promise<unknown> };
+  $queryRawUnsafe<T>(sql: string): Promise<T>;
+  $transaction<T>(fn: (tx: EffectsClient) => Promise<T>, options?: unknown): Promise<T>;
+  $disconnect(): Promise<void>;
+}
+const { PrismaClient } = (await import(GENERATED_CLIENT)) as {
+  PrismaClient: new (options: { adapter: PrismaPg }) => EffectsClient;
+};
+
+/** The app's PrismaClient, on its own pool wrapped by idempotentPool. */
+const PRISMA = Symbol('PrismaClient');
+const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, options: `-c search_path=${schema}`, max: 5 });
+
+@Module({
+  providers: [{ provide: PRISMA, useValue: new PrismaClient({ adapter: new PrismaPg(idempotentPool(pool), { schema }) }) }],
+  exports: [PRISMA],
+})
+class PrismaModule {}
+
+const txid = async (client: EffectsClient) =>
+  (await client.$queryRawUnsafe<Array<{ id: string }>>('SELECT txid_current()::text AS id'))[0].id;
+
+type Adapter = TransactionalAdapterPrisma<EffectsClient>;
+
+@Injectable()
+class Ledger {
+  constructor(private readonly txHost: TransactionHost<Adapter>) {}
+
+  @Transactional()
+  async record(label: string): Promise<string> {
+    await this.txHost.tx.effect.create({ data: { tenant: 'app', label } });
+    return txid(this.txHost.tx);
+  }
+
+  /** Records `label`, then a `Nested` block (the adapter's own savepoint) that writes `<label>-undone` and throws. */
+  @Transactional()
+  async recordUndoingNested(label: string): Promise<string> {
+    const id = await this.record(label);
+    await this.txHost
+      .withTransaction(Propagation.Nested, async () => {
+        await this.txHost.tx.effect.create({ data: { tenant: 'app', label: `${label}-undone` } });
+        throw new Error('undo the nested block');
+      })
+      .catch(() => undefined);
+    return id;
+  }
+}
+
+interface Body {
+  label: string;
+  fail?: boolean;
+  nested?: boolean;
+}
+
+@Controller()
+class TransfersController {
+  constructor(
+    private readonly ledger: Ledger,
+    private readonly moduleTx: ModuleTransactionHost,
+  ) {}
+
+  @Post('transfers')
+  @Idempotent({ onError: 'release' })
+  async create(@Body() body: Body) {
+    const app = body.nested ? await this.ledger.recordUndoingNested(body.label) : await this.ledger.record(body.label);
+    await this.moduleTx.manager.query('INSERT INTO effects (tenant, label) VALUES ($1, $2)', ['module', body.label]);
+    const [{ id: module }] = (await this.moduleTx.manager.query('SELECT txid_current()::text AS id')) as Array<{ id: string }>;
+    if (body.fail) throw new Error('the handler failed after its writes');
+    return { label: body.label, app, module };
+  }
+}
+
+@Module({
+  imports: [
+    TypeOrmModule.forRoot({ ...dataSourceOptions(schema), retryAttempts: 0 }),
+    PrismaModule,
+    ClsModule.forRoot({
+      global: true,
+      middleware: { mount: true },
+      plugins: [
+        new ClsPluginTransactional({
+          imports: [PrismaModule],
+          adapter: new TransactionalAdapterPrisma({ prismaInjectionToken: PRISMA, sqlFlavor: 'postgresql' }),
+        }),
+      ],
+    }),
+    IdempotencyModule.forRoot({
+      tenant: (ctx) => ctx.switchToHttp().getRequest<{ headers: Record<string, string> }>().headers['x-tenant'],
+      sweep: false,
+    }),
+  ],
+  controllers: [TransfersController],
+  providers: [Ledger],
+})
+class PrismaClsModule {}
+
+let app: INestApplication;
+try {
+  app = await NestFactory.create(
+    PrismaClsModule,
+    process.env.HTTP_ADAPTER === 'fastify' ? new FastifyAdapter() : new ExpressAdapter(),
+    {
+      logger: ['error'],
+      abortOnError: false,
+    },
+  );
+  await app.listen(0, '127.0.0.1');
+} catch (error) {
+  print(`failed ${(error as Error).name}: ${(error as Error).message}`);
+  process.exit(1);
+}
+const address = app.getHttpServer().address() as { port: number };
+print(`listening ${address.port}`);
