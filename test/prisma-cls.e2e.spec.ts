@@ -5,7 +5,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { createTables, databaseUrl, freshSchema, sqlClient } from './support/database.js';
-import { post } from './support/http.js';
+import { post, sleep, type RawResponse } from './support/http.js';
 import { ADAPTERS, type AdapterName } from './support/test-app.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -41,6 +41,7 @@ describe.each(ADAPTERS)(
   '@nestjs-cls/transactional with its Prisma adapter on idempotentPool, over %s',
   (adapter: AdapterName) => {
     let app: { url: string; child: ChildProcess };
+    let schema: string;
     let db: pg.Client;
     let n = 0;
     const fresh = (kind: string) => `${kind}-${adapter}-${Date.now()}-${++n}`;
@@ -56,7 +57,7 @@ describe.each(ADAPTERS)(
       )?.status;
 
     beforeAll(async () => {
-      const schema = await freshSchema(`prisma_cls_${adapter}`);
+      schema = await freshSchema(`prisma_cls_${adapter}`);
       await createTables(schema);
       db = await sqlClient(schema);
       // A COMMIT the database refuses: the module's own row (written after the method returned) of a label listed here.
@@ -114,6 +115,35 @@ describe.each(ADAPTERS)(
 
       await db.query('DELETE FROM refused_labels WHERE label = $1', [label]);
       expect((await post(app.url, '/transfers', { label }, `k-${label}`)).status).toBe(201);
+      expect(await effects(label)).toEqual({ app: 1, module: 1 });
+    });
+
+    it('loses the Prisma writes with the process killed between the handler and the COMMIT; a retry after the lease writes once', async () => {
+      const label = fresh('crash');
+      const key = `k-${label}`;
+      const dying = app;
+      const exited = new Promise<NodeJS.Signals | null>((resolve) =>
+        dying.child.once('close', (_code, signal) => resolve(signal)),
+      );
+      const lost = await post(dying.url, '/crashing-transfers', { label }, key).catch((error: Error) => error);
+      expect(await exited).toBe('SIGKILL');
+      // The answer never came: the connection died with the process.
+      expect(lost).toHaveProperty('code', 'ECONNRESET');
+      expect(await effects(label)).toEqual({});
+      expect(await keyStatus(key)).toBe('in_flight');
+
+      // The same app again, whose crashing route no longer crashes; the crashed attempt's lease (1 s) must run out.
+      app = await startApp({ APP_SCHEMA: schema, HTTP_ADAPTER: adapter, CRASH: '0' });
+      let retry: RawResponse = await post(app.url, '/crashing-transfers', { label }, key);
+      for (let i = 0; i < 100 && retry.status === 409; i++) {
+        await sleep(250);
+        retry = await post(app.url, '/crashing-transfers', { label }, key);
+      }
+      expect(retry.status).toBe(201);
+      expect(retry.json().app).toBe(retry.json().module);
+      expect(await effects(label)).toEqual({ app: 1, module: 1 });
+      expect(await keyStatus(key)).toBe('completed');
+      expect((await post(app.url, '/crashing-transfers', { label }, key)).headers['idempotent-replayed']).toBe('true');
       expect(await effects(label)).toEqual({ app: 1, module: 1 });
     });
 

@@ -6,8 +6,9 @@
  * (started through run-typescript.mjs): `nestjs-cls` 6 does not load under
  * Jest's ESM mode on Node 20.
  *
- * Env: DATABASE_URL, APP_SCHEMA, HTTP_ADAPTER (`express` | `fastify`). Prints
- * `listening <port>` once up, or `failed <error>`.
+ * Env: DATABASE_URL, APP_SCHEMA, HTTP_ADAPTER (`express` | `fastify`), CRASH
+ * (`0`: the crashing route no longer kills the process just before the
+ * module's COMMIT). Prints `listening <port>` once up, or `failed <error>`.
  */
 import 'reflect-metadata';
 import { Body, Controller, Injectable, Module, Post, type INestApplication } from '@nestjs/common';
@@ -20,12 +21,24 @@ import { TransactionalAdapterPrisma } from '@nestjs-cls/transactional-adapter-pr
 import { PrismaPg } from '@prisma/adapter-pg';
 import { ClsModule } from 'nestjs-cls';
 import pg from 'pg';
+import { EventSubscriber, type EntitySubscriberInterface, type QueryRunner, type TransactionCommitEvent } from 'typeorm';
 import { Idempotent, IdempotencyModule, TransactionHost as ModuleTransactionHost } from '../../src/index.js';
 import { idempotentPool } from '../../src/integrations/pg-pool/index.js';
 import { dataSourceOptions } from './database.js';
 
 const schema = process.env.APP_SCHEMA!;
+const crashes = process.env.CRASH !== '0';
 const print = (line: string) => process.stdout.write(`${line}\n`);
+
+/** The module transactions this app is to die in (SIGKILL: nothing settles, nothing is sent), just before their COMMIT. */
+const crashBeforeCommit = new WeakSet<QueryRunner>();
+
+@EventSubscriber()
+class CrashBeforeCommit implements EntitySubscriberInterface {
+  beforeTransactionCommit(event: TransactionCommitEvent): void {
+    if (crashBeforeCommit.has(event.queryRunner)) process.kill(process.pid, 'SIGKILL');
+  }
+}
 
 // The client the tests' global setup generated from test/prisma/schema.prisma, by a name the type-check does not follow.
 const GENERATED_CLIENT = '../prisma/generated/client.js';
@@ -93,7 +106,20 @@ class TransfersController {
 
   @Post('transfers')
   @Idempotent({ onError: 'release' })
-  async create(@Body() body: Body) {
+  create(@Body() body: Body) {
+    return this.transfer(body);
+  }
+
+  /** As `transfers`, on a short lease with no heartbeat, and the process killed just before the module's COMMIT. */
+  @Post('crashing-transfers')
+  @Idempotent({ lease: '1s', heartbeat: false })
+  async crashing(@Body() body: Body) {
+    const done = await this.transfer(body);
+    if (crashes) crashBeforeCommit.add(this.moduleTx.manager.queryRunner!);
+    return done;
+  }
+
+  private async transfer(body: Body) {
     const app = body.nested ? await this.ledger.recordUndoingNested(body.label) : await this.ledger.record(body.label);
     await this.moduleTx.manager.query('INSERT INTO effects (tenant, label) VALUES ($1, $2)', ['module', body.label]);
     const [{ id: module }] = (await this.moduleTx.manager.query('SELECT txid_current()::text AS id')) as Array<{ id: string }>;
@@ -104,7 +130,7 @@ class TransfersController {
 
 @Module({
   imports: [
-    TypeOrmModule.forRoot({ ...dataSourceOptions(schema), retryAttempts: 0 }),
+    TypeOrmModule.forRoot({ ...dataSourceOptions(schema), retryAttempts: 0, subscribers: [CrashBeforeCommit] }),
     PrismaModule,
     ClsModule.forRoot({
       global: true,
