@@ -49,7 +49,10 @@ export class IdempotencyEngine<Tx> {
   }
 
   execute<R>(work: IdempotentWork<Tx, R>): Promise<EngineOutcome<R>> {
-    return observeExecution(this.observer, work, (trace) => this.lifecycle(work, work.claimMode ?? 'separate', undefined, trace));
+    return (
+      this.fromMemory<R>(work) ??
+      observeExecution(this.observer, work, (trace) => this.lifecycle(work, work.claimMode ?? 'separate', undefined, trace))
+    );
   }
 
   /**
@@ -58,7 +61,28 @@ export class IdempotencyEngine<Tx> {
    * Always claimed separately: each phase commits on its own.
    */
   executePhased<R>(work: PhasedWork<Tx, R>): Promise<EngineOutcome<R>> {
-    return observeExecution(this.observer, work, (trace) => this.lifecycle(work, 'separate', work, trace));
+    return (
+      this.fromMemory<R>(work) ?? observeExecution(this.observer, work, (trace) => this.lifecycle(work, 'separate', work, trace))
+    );
+  }
+
+  /**
+   * Step 1, before anything else: the answer to a key this process completed or replayed, kept in memory
+   * (`replayFromMemory`), compared by fingerprint as the store would. It does no I/O, so it gets its outcome event
+   * and no span; and it is decided now, with no promise chain of the lifecycle's around it (a retry storm is when
+   * replays must cost least). Undefined when there is no such answer.
+   */
+  private fromMemory<R>(work: WorkScope): Promise<EngineOutcome<R>> | undefined {
+    const remembered = work.replayFromMemory ? this.answers?.get(work.tenant, work.key) : undefined;
+    if (!remembered) return undefined;
+    const same = remembered.fingerprint === work.fingerprint;
+    this.observer.emit(
+      { type: 'outcome', outcome: same ? 'replayed' : 'mismatch', route: work.label ?? 'execute', durationMs: 0 },
+      work.tenant,
+    );
+    return same
+      ? Promise.resolve({ kind: 'replayed', response: remembered.response })
+      : Promise.reject(new FingerprintMismatchError());
   }
 
   /**
@@ -78,13 +102,9 @@ export class IdempotencyEngine<Tx> {
   ): Promise<EngineOutcome<R>> {
     const deadline = Date.now() + (work.waitMs ?? 0);
 
-    // 1. A duplicate of an execution completed or running in this process is answered from it, without a round trip.
+    // 1. A duplicate of an execution running in this process is answered from it, without a round trip (one this
+    // process completed was answered from memory before the lifecycle began: see `fromMemory`).
     const answers = work.replayFromMemory ? this.answers : undefined;
-    const remembered = answers?.get(work.tenant, work.key);
-    if (remembered) {
-      if (remembered.fingerprint !== work.fingerprint) throw new FingerprintMismatchError();
-      return { kind: 'replayed', response: remembered.response };
-    }
     const running = this.held.running(work);
     if (running) {
       if (running.fingerprint !== work.fingerprint) throw new FingerprintMismatchError();
