@@ -6,12 +6,12 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import type { DataSource, EntityManager } from 'typeorm';
 import { IdempotencyEngine } from '../src/core/idempotency-engine.js';
-import { keyStoreStatements } from '../src/store/key-store.sql.js';
 import { keyLock } from '../src/store/key-function-parts.sql.js';
 import { PostgresIdempotencyStore } from '../src/store/postgres/postgres-idempotency.store.js';
 import { createTableStatements } from '../src/store/sql.js';
 import { createTables, databaseUrl, dataSourceOptions, freshSchema, openDataSource, sqlClient } from './support/database.js';
 import { post, sleep } from './support/http.js';
+import { keyLockProbe } from './support/key-lock.js';
 import { ADAPTERS, startTestApp, type TestApp } from './support/test-app.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -50,38 +50,9 @@ describe.each(ADAPTERS)('the request-transaction key hold over %s', (adapter) =>
       : databaseUrl();
     const effects = async (label: string) =>
       Number((await db.query('SELECT count(*) FROM effects WHERE label = $1', [label])).rows[0].count);
-    /** Backends holding `key`'s lock, at any level. */
-    const holders = async (key: string) => {
-      const { rows } = await db.query<{ n: number }>(
-        `WITH k AS (SELECT ${keyLock(TABLE, '$1::text', '$2::text')} AS v)
-         SELECT count(*)::int AS n FROM pg_locks, k
-          WHERE locktype = 'advisory' AND objsubid = 1 AND granted
-            AND classid::bigint = (k.v >> 32) & 4294967295 AND objid::bigint = k.v & 4294967295`,
-        ['tenant-a', key],
-      );
-      return rows[0].n;
-    };
-    /** What a claim of `key` from another connection would do: take its lock, at once, or not. */
-    const lockableAtOnce = async (key: string) => {
-      await db.query('BEGIN');
-      try {
-        const { rows } = await db.query<{ locked: boolean }>(keyStoreStatements(`"${TABLE}"`, TABLE).holdKeyLock, [
-          'tenant-a',
-          key,
-        ]);
-        return rows[0].locked;
-      } finally {
-        await db.query('ROLLBACK');
-      }
-    };
-    const expectKeyFree = async (key: string) => {
-      // A duplicate that replays answers before its transaction's ROLLBACK (which ends its own transaction-level hold
-      // of the lock) has come back: that hold may trail the answer by a moment, never longer. A hold left on a pooled
-      // connection stays, and fails this.
-      for (let i = 0; i < 200 && (await holders(key)) > 0; i++) await sleep(10);
-      expect(await holders(key)).toBe(0);
-      expect(await lockableAtOnce(key)).toBe(true);
-    };
+    const holders = (key: string) => keyLockProbe(db, TABLE).holders(key);
+    const lockableAtOnce = (key: string) => keyLockProbe(db, TABLE).lockableAtOnce(key);
+    const expectKeyFree = (key: string) => keyLockProbe(db, TABLE).expectKeyFree(key);
     const started = async (app: TestApp, label: string) => {
       for (let i = 0; i < 500 && app.probe.count(label) === 0; i++) await sleep(10);
       expect(app.probe.count(label)).toBeGreaterThan(0);

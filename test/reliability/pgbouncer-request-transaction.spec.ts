@@ -1,10 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import pg from 'pg';
-import { keyLock } from '../../src/store/key-function-parts.sql.js';
-import { keyStoreStatements } from '../../src/store/key-store.sql.js';
 import { createTableStatements } from '../../src/store/sql.js';
 import { databaseUrl } from '../support/database.js';
 import { post, sleep } from '../support/http.js';
+import { keyLockProbe } from '../support/key-lock.js';
 import { ADAPTERS, startTestApp, type TestApp } from '../support/test-app.js';
 import { PgBouncer } from './support/pgbouncer.js';
 
@@ -62,41 +61,12 @@ describe('request-transaction mode through PgBouncer in transaction pooling', ()
 
   const effects = async (label: string) =>
     Number((await db.query('SELECT count(*) FROM effects WHERE label = $1', [label])).rows[0].count);
+  const expectKeyFree = (key: string) => keyLockProbe(db, TABLE).expectKeyFree(key);
   /** Advisory locks of the key functions' kind held by any backend, granted. */
   const advisoryHolds = async () =>
     Number(
       (await db.query(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted`)).rows[0].count,
     );
-  /** What a claim of `key` from another connection would do: take its lock at once, or not. */
-  const lockableAtOnce = async (key: string) => {
-    await db.query('BEGIN');
-    try {
-      const { rows } = await db.query<{ locked: boolean }>(keyStoreStatements(`"${TABLE}"`, TABLE).holdKeyLock, [
-        'tenant-a',
-        key,
-      ]);
-      return rows[0].locked;
-    } finally {
-      await db.query('ROLLBACK');
-    }
-  };
-  const holdersOf = async (key: string) => {
-    const { rows } = await db.query<{ n: number }>(
-      `WITH k AS (SELECT ${keyLock(TABLE, '$1::text', '$2::text')} AS v)
-       SELECT count(*)::int AS n FROM pg_locks, k
-        WHERE locktype = 'advisory' AND objsubid = 1 AND granted
-          AND classid::bigint = (k.v >> 32) & 4294967295 AND objid::bigint = k.v & 4294967295`,
-      ['tenant-a', key],
-    );
-    return rows[0].n;
-  };
-  const expectKeyFree = async (key: string) => {
-    // A replaying duplicate's ROLLBACK may trail its answer by a moment (its transaction-level hold goes with it).
-    for (let i = 0; i < 200 && (await holdersOf(key)) > 0; i++) await sleep(10);
-    expect(await holdersOf(key)).toBe(0);
-    expect(await lockableAtOnce(key)).toBe(true);
-  };
-
   describe.each(ADAPTERS)('over %s', (adapter) => {
     let one: TestApp;
     let two: TestApp;
