@@ -15,6 +15,7 @@
  *                        in 3 round trips: `BEGIN; claim; COMMIT; BEGIN`, the INSERT, `complete; COMMIT`
  *   POST /idem-memory/charges  @Idempotent({ replayFromMemory: true }): completed keys replayed from memory
  *   POST /floor-async-claim/charges  the same, with the claim committed asynchronously (an earlier version's choice)
+ *   POST /floor-rt/charges  claim mode request-transaction's protocol written by hand (its success path)
  *   POST /floor-5rt/charges  the earlier protocol, one statement per round trip (claim, BEGIN, INSERT, complete, COMMIT)
  *   POST /floor-prepared/charges  that one with claim and completion as named prepared statements
  *   POST /floor-memory/charges  a replay from memory by hand (HandWrittenMemoryReplay), around the nodb handler
@@ -58,6 +59,7 @@ import { of, tap, type Observable } from 'rxjs';
 import type { DataSource, EntityManager, Logger as TypeOrmLogger } from 'typeorm';
 import { DEFAULT_LEASE_MS, DEFAULT_TTL_MS } from '../src/idempotency.constants.js';
 import { keyStoreStatements } from '../src/store/key-store.sql.js';
+import { requestTransactionKeyStatements } from '../src/store/request-transaction-key.sql.js';
 import { FENCE_LOST_SQLSTATE } from '../src/store/key-function-parts.sql.js';
 import { pipelined, type PipelineClient, type PipelinedStatement } from '../src/store/postgres/pipelined.js';
 import { quoteTableName } from '../src/store/identifiers.js';
@@ -245,11 +247,18 @@ type ClaimRow = { state: string; response_status: number | null; response_body: 
  *   LOCAL synchronous_commit TO off`, the claim, `COMMIT` and `START
  *   TRANSACTION` in one socket write (the business COMMIT that follows flushes
  *   the claim's WAL).
+ * - `inTransaction` is claim mode `request-transaction`'s protocol on the plain
+ *   table: `START TRANSACTION` and `claim_in_transaction` pipelined, the
+ *   handler's INSERT, then `complete_in_transaction` (which writes the key's
+ *   row, completed, and takes back the key's lock the claim held for its
+ *   session) and `COMMIT` pipelined. Only its success path is written: a
+ *   failure after the claim would have to let go of that session hold.
  * - `roundTrips: 5` is the earlier protocol, one statement per round trip (claim,
  *   BEGIN, INSERT, completion, COMMIT); `prepared` sends claim and completion as
  *   named prepared statements, which only the extended protocol can carry.
  */
-type FloorProtocol = { roundTrips: 3; asyncClaimCommit: boolean } | { roundTrips: 5; prepared: boolean };
+type FloorProtocol =
+  { roundTrips: 3; asyncClaimCommit: boolean } | { roundTrips: 5; prepared: boolean } | { roundTrips: 3; inTransaction: true };
 
 type Outcome = { replayed: boolean; status: number; value: object };
 
@@ -264,6 +273,8 @@ class HandWrittenIdempotency {
   private readonly claimSql: string;
   private readonly completeSql: string;
   private readonly completeOrRaiseSql: string;
+  private readonly claimInTransactionSql: string;
+  private readonly completeInTransactionSql: string;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -273,6 +284,9 @@ class HandWrittenIdempotency {
     this.claimSql = expectParameters(statements.claim, 7, 'claim');
     this.completeSql = expectParameters(statements.complete, 7, 'complete');
     this.completeOrRaiseSql = expectParameters(statements.completeOrRaise, 7, 'completeOrRaise');
+    const inTransaction = requestTransactionKeyStatements(quoteTableName(KEY_TABLE), KEY_TABLE);
+    this.claimInTransactionSql = expectParameters(inTransaction.claimInTransaction, 7, 'claimInTransaction');
+    this.completeInTransactionSql = expectParameters(inTransaction.completeInTransaction, 8, 'completeInTransaction');
   }
 
   run(key: string, fingerprint: string, work: (query: Query) => Promise<object>, protocol: FloorProtocol): Promise<Outcome> {
@@ -283,9 +297,49 @@ class HandWrittenIdempotency {
       const headers = JSON.stringify([['content-type', 'application/json; charset=utf-8']]);
       return [TENANT, key, ownerToken, 201, headers, stored, DEFAULT_TTL_MS];
     };
+    if ('inTransaction' in protocol) {
+      const [tenant, , , owner, , ttl] = claimParams;
+      // complete_in_transaction: tenant, key, fingerprint, owner, then status, headers, body, ttl as complete's.
+      const completeInTransaction = (value: object) => {
+        const [, , , status, headers, body] = complete(value);
+        return [tenant, key, fingerprint, owner, status, headers, body, ttl];
+      };
+      return this.runInRequestTransaction([...claimParams.slice(0, 6), 0], completeInTransaction, work);
+    }
     return protocol.roundTrips === 3
       ? this.runInThreeRoundTrips(claimParams, complete, work, protocol.asyncClaimCommit)
       : this.runInFiveRoundTrips(claimParams, complete, work, protocol.prepared);
+  }
+
+  private async runInRequestTransaction(
+    claimParams: unknown[],
+    completeParams: (value: object) => unknown[],
+    work: (query: Query) => Promise<object>,
+  ): Promise<Outcome> {
+    const client = await this.pool.connect();
+    let broken: Error | undefined;
+    try {
+      const [, claimed] = await this.pipeline(client, [
+        { text: 'START TRANSACTION' },
+        { text: this.claimInTransactionSql, values: claimParams },
+      ]);
+      const row = claimed?.rows[0] as ClaimRow | undefined;
+      if (row?.state !== 'claimed') {
+        // The claim held nothing for its session unless it claimed: the transaction's end lets go of the rest.
+        await this.message(client, 'ROLLBACK');
+        return answerWithoutWork(row);
+      }
+      const value = await work((sql, params) => this.query(client, sql, params));
+      await this.pipeline(client, [{ text: this.completeInTransactionSql, values: completeParams(value) }, { text: 'COMMIT' }]);
+      return { replayed: false, status: 201, value };
+    } catch (error) {
+      // The floor writes the success path only: a connection left holding the key for its session is not pooled again.
+      broken = error as Error;
+      if ((error as { code?: string }).code === FENCE_LOST_SQLSTATE) throw new ConflictException('Lease lost');
+      throw error;
+    } finally {
+      client.release(broken);
+    }
   }
 
   private async runInThreeRoundTrips(
@@ -539,6 +593,16 @@ class ChargesController {
     @Res(PASS) reply: unknown,
   ) {
     return this.handWrittenCharge(body, key, request, reply, { roundTrips: 3, asyncClaimCommit: true });
+  }
+
+  @Post('floor-rt/charges')
+  floorRequestTransaction(
+    @Body() body: ChargeBody,
+    @Headers('idempotency-key') key: string | undefined,
+    @Req() request: FloorRequest,
+    @Res(PASS) reply: unknown,
+  ) {
+    return this.handWrittenCharge(body, key, request, reply, { roundTrips: 3, inTransaction: true });
   }
 
   @Post('floor-5rt/charges')

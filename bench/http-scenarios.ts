@@ -35,6 +35,7 @@ export type VariantName =
   | 'floorReplayFromMemory'
   | 'nodb'
   | 'requestTransaction'
+  | 'floorRequestTransaction'
   | 'realisticBare'
   | 'realisticModule'
   | 'bigBodyBare'
@@ -106,6 +107,11 @@ export const VARIANTS: Record<VariantName, Variant> = {
     path: '/idem-rt/charges',
     keys: 'new',
     what: "@Idempotent({ claimMode: 'request-transaction' }), a new key per request",
+  },
+  floorRequestTransaction: {
+    path: '/floor-rt/charges',
+    keys: 'new',
+    what: "claim mode 'request-transaction''s protocol hand-written on pg (3 round trips, the key's row written once)",
   },
   realisticBare: {
     path: '/bare/realistic',

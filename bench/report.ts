@@ -271,6 +271,21 @@ export function targetRows(
       target: '>= 0.85x',
       result: atLeast(inTransactionVsBare, 0.85),
     });
+    // Issue 28's request-transaction target (<= +400 µs over bare), beside what the same protocol costs written by hand.
+    for (const [variant, label] of [
+      ['requestTransaction', "new key, claimMode 'request-transaction'"],
+      ['floorRequestTransaction', 'its hand-written floor (the same statements and round trips)'],
+    ] as const) {
+      const overhead = cpuOverhead(v[variant], v.bare);
+      add({
+        scenario: '8',
+        measure: `${label}: server CPU per request, - bare handler (app + PostgreSQL)`,
+        value: overhead === null ? '?' : `${Math.round(overhead)} µs`,
+        detail: `${cpu(v[variant])} vs ${cpu(v.bare)}; default mode ${cpu(v.module)}`,
+        target: variant === 'requestTransaction' ? '<= 400 µs' : '-',
+        result: variant === 'requestTransaction' && overhead !== null ? atMost(overhead, 400) : 'info',
+      });
+    }
 
     const realistic = ratio(v.realisticModule.rps, v.realisticBare.rps);
     const realisticOverhead = cpuOverhead(v.realisticModule, v.realisticBare);
