@@ -32,7 +32,7 @@ export class SeparateClaim {
     const claim = this.statements.claim(request, 'claim', null);
     if (!this.alwaysInTransaction) {
       const [claimed] = await exchange(client, [claim], source, runner);
-      if (!claimed.ok || (claimed.rows[0] as ClaimRow | { state: string } | undefined)?.state !== READ_COMMITTED_NEEDED) {
+      if (!claimed.ok || (claimed.rows[0] as ClaimRow | undefined)?.state !== READ_COMMITTED_NEEDED) {
         return { claimed, committed: claimed };
       }
       this.alwaysInTransaction = true;

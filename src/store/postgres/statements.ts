@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { ClaimRef, ClaimRequest, ClaimResult, StoredResponse } from '../../core/idempotency-store.js';
 import { FENCE_LOST_SQLSTATE } from '../key-function-parts.sql.js';
-import { keyStoreStatements } from '../key-store.sql.js';
+import { keyStoreStatements, type READ_COMMITTED_NEEDED } from '../key-store.sql.js';
 import { keyUpkeepStatements } from '../key-upkeep.sql.js';
 import type { PipelinedResult, PipelinedStatement } from './pipelined.js';
 import { citusKeyStatements } from '../citus/citus.sql.js';
@@ -23,7 +23,8 @@ export type ClaimFunction = 'claim' | 'claim_in_transaction';
 
 /** The row a claim function answers. */
 export interface ClaimRow {
-  state: 'claimed' | 'in_flight' | 'completed' | 'mismatch';
+  /** `read_committed_needed`: a claim sent alone that would have written under another level (separate-claim.ts). */
+  state: 'claimed' | 'in_flight' | 'completed' | 'mismatch' | typeof READ_COMMITTED_NEEDED;
   attempt: number;
   generation: string | null;
   retry_after: number | null;
