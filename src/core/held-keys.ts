@@ -62,7 +62,7 @@ export interface Claimed<Tx> {
  * answered from it without a round trip: 422 for another fingerprint, 409,
  * or (when it may wait) the response once it is committed.
  */
-interface LocalExecution {
+export interface LocalExecution {
   fingerprint: string;
   held: Held;
   /** The stored response once committed; undefined when the execution ended without one. */
@@ -182,8 +182,8 @@ export class HeldKeys<Tx> {
   }
 }
 
-/** Where a key's execution is found in this process. */
-function localId(work: Pick<WorkScope, 'tenant' | 'key'>): string {
+/** Where a key's execution (or claim on its way: see claims-on-their-way.ts) is found in this process. */
+export function localId(work: Pick<WorkScope, 'tenant' | 'key'>): string {
   return `${work.tenant.length}:${work.tenant}:${work.key}`;
 }
 

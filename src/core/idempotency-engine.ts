@@ -2,10 +2,11 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { BeginResult, ClaimMode, IdempotencyStore, StoredResponse } from './idempotency-store.js';
 import { beginAttempt } from './begin-attempt.js';
+import { ClaimsOnTheirWay } from './claims-on-their-way.js';
 import type { CompletedAnswers } from './completed-answers.js';
 import { FingerprintMismatchError, KeyInFlightError, LeaseLostError, StoreUnavailableError } from './errors.js';
 import { FailureHandling } from './failure-handling.js';
-import { claimRequest, heldBy, HeldKeys, leaseSecondsLeft, type Claimed } from './held-keys.js';
+import { claimRequest, heldBy, HeldKeys, leaseSecondsLeft, type Claimed, type LocalExecution } from './held-keys.js';
 import { observedClaim, observedComplete, observeExecution, type Trace } from './engine-observation.js';
 import { SILENT_OBSERVER, type EngineObserver } from './observer.js';
 import { Phases, type TransactionOutcome } from './phases.js';
@@ -33,6 +34,7 @@ const MAX_WAIT_PAUSE_MS = 250;
 export class IdempotencyEngine<Tx> {
   private readonly held: HeldKeys<Tx>;
   private readonly failures: FailureHandling<Tx>;
+  private readonly claimsOnTheirWay = new ClaimsOnTheirWay<{ kind: 'replayed'; response: StoredResponse } | Claimed<Tx>>();
   private readonly isUnavailable = (error: unknown) => this.store.isUnavailableError(error);
 
   /**
@@ -106,15 +108,24 @@ export class IdempotencyEngine<Tx> {
     // process completed was answered from memory before the lifecycle began: see `fromMemory`).
     const answers = work.replayFromMemory ? this.answers : undefined;
     const running = this.held.running(work);
-    if (running) {
-      if (running.fingerprint !== work.fingerprint) throw new FingerprintMismatchError();
-      if (!work.waitMs) throw new KeyInFlightError(leaseSecondsLeft(running.held));
-      const response = await this.held.settled(running, deadline);
-      if (response) return { kind: 'replayed', response };
-    }
+    const fromRunning = running && (await this.answeredBy(running, work, deadline));
+    if (fromRunning) return fromRunning;
 
-    // 2. Claim the key and open the work's transaction, or answer as the state table says.
-    const claimed = await this.claim(work, mode, phased === undefined, deadline, trace);
+    // 2. Claim the key and open the work's transaction, or answer as the state table says. In the default mode, a
+    // duplicate of a claim this process has on its way waits for its answer instead (see claims-on-their-way.ts):
+    // the same replay, or the execution it started, found running here.
+    const shares = mode === 'separate' && !phased;
+    const joined = shares ? this.claimsOnTheirWay.find(work) : undefined;
+    if (joined) {
+      const answer = await joined.catch(() => undefined);
+      if (answer && 'kind' in answer) return answer;
+      const started = answer && this.held.running(work);
+      const fromJoined = started && (await this.answeredBy(started, work, deadline));
+      if (fromJoined) return fromJoined;
+      // It failed, found the key held elsewhere (perhaps completed since), or its execution ended with no answer.
+    }
+    const claiming = this.claim(work, mode, phased === undefined, deadline, trace);
+    const claimed = await (shares ? this.claimsOnTheirWay.share(work, claiming) : claiming);
     if ('kind' in claimed) return claimed;
     const settle = this.held.hold(work, claimed);
     const { held, transaction } = claimed;
@@ -161,6 +172,18 @@ export class IdempotencyEngine<Tx> {
       ending?.(outcome?.kind === 'executed' ? 'committed' : 'rolled-back');
       settle(outcome?.response);
     }
+  }
+
+  /** A duplicate of `running`, answered from it: 422 for another request, 409 when it may not wait, else its response once committed. */
+  private async answeredBy(
+    running: LocalExecution,
+    work: WorkScope,
+    deadline: number,
+  ): Promise<{ kind: 'replayed'; response: StoredResponse } | undefined> {
+    if (running.fingerprint !== work.fingerprint) throw new FingerprintMismatchError();
+    if (!work.waitMs) throw new KeyInFlightError(leaseSecondsLeft(running.held));
+    const response = await this.held.settled(running, deadline);
+    return response ? { kind: 'replayed', response } : undefined;
   }
 
   /**

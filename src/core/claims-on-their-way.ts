@@ -1,0 +1,42 @@
+import { localId } from './held-keys.js';
+import type { WorkScope } from './work.js';
+
+/**
+ * The claims this process has sent and not yet had answered, by key. A
+ * duplicate of one (the same tenant, key and request) that arrives meanwhile
+ * waits for its answer instead of sending a claim of its own: in a retry
+ * storm, a thousand duplicates arriving together cost the store one claim,
+ * not a thousand queued on the claim pool.
+ *
+ * Only answers that stay true are shared (see `IdempotencyEngine.lifecycle`):
+ * a completed key's response, which never changes until it expires, and a
+ * claim this process won, whose execution is then found running here. A key
+ * found held elsewhere may have been completed since the claim was sent, so
+ * its duplicates ask the store themselves.
+ */
+export class ClaimsOnTheirWay<Answer> {
+  private readonly pending = new Map<string, { fingerprint: string; answer: Promise<Answer> }>();
+
+  /** The answer to come of a claim of `work`'s key and request sent by this process, if one is on its way. */
+  find(work: Pick<WorkScope, 'tenant' | 'key' | 'fingerprint'>): Promise<Answer> | undefined {
+    const pending = this.pending.get(localId(work));
+    return pending?.fingerprint === work.fingerprint ? pending.answer : undefined;
+  }
+
+  /**
+   * Lets duplicates of `work` find `claim` until it is answered. Returns
+   * `claim` itself: its sender's continuation is then registered before any
+   * duplicate's, so it holds the key (visible as running here) before they
+   * look.
+   */
+  share<T extends Answer>(work: Pick<WorkScope, 'tenant' | 'key' | 'fingerprint'>, claim: Promise<T>): Promise<T> {
+    const id = localId(work);
+    const pending = { fingerprint: work.fingerprint, answer: claim };
+    this.pending.set(id, pending);
+    const forget = () => {
+      if (this.pending.get(id) === pending) this.pending.delete(id);
+    };
+    claim.then(forget, forget);
+    return claim;
+  }
+}
