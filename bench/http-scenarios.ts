@@ -665,7 +665,7 @@ async function countRoundTrips(app: AppProcess, adapter: string): Promise<Record
  * body, key after key. The n-th request overall uses key floor(n / connections),
  * so each key gets exactly that many duplicates, nearly all at once.
  */
-async function storm(
+export async function storm(
   app: AppProcess,
   config: BenchConfig,
   db: pg.Client,
