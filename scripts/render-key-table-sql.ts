@@ -51,8 +51,8 @@ function header(): string {
 -- Prisma: \`npx prisma migrate dev --create-only --name idempotency_keys\`, paste this file into the
 -- migration.sql it made, then \`npx prisma migrate dev\`. Drizzle: \`npx drizzle-kit generate --custom
 -- --name=idempotency_keys\`, paste this file into the .sql file it made, then \`npx drizzle-kit migrate\`
--- (drizzle-kit sends the parts between the "${STATEMENT_BREAKPOINT}" lines one by one; to Prisma
--- and psql they are comments). The table goes to the first schema of the search_path. Keep the
+-- (drizzle-kit sends the statements one by one, split at the breakpoint lines between them; to
+-- Prisma and psql those are comments). The table goes to the first schema of the search_path. Keep the
 -- module's \`tableName\` option unset: another name needs the module's migration for that name.
 --
 -- Upgrades: every statement is idempotent (IF NOT EXISTS, CREATE OR REPLACE, checks before each
@@ -66,5 +66,8 @@ function header(): string {
 /** The text of sql/idempotency-keys.sql as the current migration makes it. */
 export async function renderKeyTableSql(): Promise<string> {
   const statements = await keyTableMigrationStatements();
+  // drizzle-kit would split a statement holding it in two.
+  const split = statements.find((statement) => statement.includes(STATEMENT_BREAKPOINT));
+  if (split) throw new Error(`A statement of the key table's migration holds "${STATEMENT_BREAKPOINT}": ${split.slice(0, 80)}`);
   return `${header()}\n\n${statements.map((statement) => `${statement};`).join(`\n${STATEMENT_BREAKPOINT}\n`)}\n`;
 }

@@ -7,8 +7,8 @@
 -- Prisma: `npx prisma migrate dev --create-only --name idempotency_keys`, paste this file into the
 -- migration.sql it made, then `npx prisma migrate dev`. Drizzle: `npx drizzle-kit generate --custom
 -- --name=idempotency_keys`, paste this file into the .sql file it made, then `npx drizzle-kit migrate`
--- (drizzle-kit sends the parts between the "--> statement-breakpoint" lines one by one; to Prisma
--- and psql they are comments). The table goes to the first schema of the search_path. Keep the
+-- (drizzle-kit sends the statements one by one, split at the breakpoint lines between them; to
+-- Prisma and psql those are comments). The table goes to the first schema of the search_path. Keep the
 -- module's `tableName` option unset: another name needs the module's migration for that name.
 --
 -- Upgrades: every statement is idempotent (IF NOT EXISTS, CREATE OR REPLACE, checks before each
