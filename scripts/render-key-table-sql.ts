@@ -57,10 +57,11 @@ function header(): string {
 --
 -- Upgrades: every statement is idempotent (IF NOT EXISTS, CREATE OR REPLACE, checks before each
 -- ALTER), and run on a table an earlier version made it upgrades it in place. A release that changes
--- the key table or its functions says so in its changelog, and its start-up check stops the app,
--- naming what it found from an older version (functions, a column, an index); that release's copy of
--- this file (node_modules/${name}/sql/idempotency-keys.sql) is then the upgrade: add it to your
--- tool as a new migration and run it.`;
+-- the key table or its functions says so in its changelog, and its start-up check stops the app until
+-- the table is upgraded, naming what it found (claim functions without the key functions version it
+-- needs, a missing column, the earlier index). That release's copy of this file
+-- (node_modules/${name}/sql/idempotency-keys.sql), added to your tool as a new
+-- migration, is the upgrade.`;
 }
 
 /** The text of sql/idempotency-keys.sql as the current migration makes it. */
