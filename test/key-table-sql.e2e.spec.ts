@@ -7,6 +7,7 @@ import { migrate } from 'drizzle-orm/node-postgres/migrator';
 import type pg from 'pg';
 import { DataSource } from 'typeorm';
 import { CreateIdempotencyKeys1764460800000, runMigrationsWithLock } from '../src/index.js';
+import { KEY_FUNCTIONS_VERSION } from '../src/store/key-function-parts.sql.js';
 import { KEY_TABLE_SQL_FILE } from '../scripts/render-key-table-sql.js';
 import { dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
 import { post } from './support/http.js';
@@ -15,8 +16,8 @@ import { ADAPTERS, startTestApp, type TestApp } from './support/test-app.js';
 /**
  * What the key table's objects are, read from the catalog of `schema`: every table, index, sequence and function in
  * it (the migration tools' own bookkeeping tables left out), each column with its type, default, nullability and
- * storage, the constraints, the storage options, and each function's full definition. The schema's name is written
- * `<schema>`, so that two schemas built alike compare equal.
+ * storage (in table order), the constraints, the storage options, and each function's full definition. The schema's
+ * name is written `<schema>`, so that two schemas built alike compare equal.
  */
 async function keyTableCatalog(client: pg.Client, schema: string): Promise<unknown> {
   const bookkeeping = ['migrations', 'migrations_id_seq', '__drizzle_migrations', '__drizzle_migrations_id_seq'];
@@ -26,7 +27,7 @@ async function keyTableCatalog(client: pg.Client, schema: string): Promise<unkno
                FROM pg_class c LEFT JOIN pg_index i ON i.indexrelid = c.oid LEFT JOIN pg_class t ON t.oid = i.indrelid
               WHERE c.relnamespace = $1::regnamespace AND c.relkind <> 'c' AND coalesce(t.relname, c.relname) <> ALL ($2)
               ORDER BY c.relname) AS relations,
-       ARRAY(SELECT format('%s.%s %s %s notnull=%s default=%s storage=%s compression=%s', c.relname, a.attnum, a.attname,
+       ARRAY(SELECT format('%s %s %s notnull=%s default=%s storage=%s compression=%s', c.relname, a.attname,
                            format_type(a.atttypid, a.atttypmod), a.attnotnull, pg_get_expr(d.adbin, d.adrelid),
                            a.attstorage, a.attcompression)
                FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
@@ -47,7 +48,10 @@ async function keyTableCatalog(client: pg.Client, schema: string): Promise<unkno
   return JSON.parse(JSON.stringify(rows[0]).split(schema).join('<schema>'));
 }
 
-/** The file sent as one simple-protocol query, as prisma migrate (and psql) run a migration.sql. */
+/**
+ * The file sent whole, as one simple-protocol query: PostgreSQL runs its statements in order, in one implicit
+ * transaction, as for a tool that sends a migration.sql as it is.
+ */
 async function runAsOneScript(schema: string, text: string): Promise<void> {
   const client = await sqlClient(schema);
   try {
@@ -133,10 +137,34 @@ describe('sql/idempotency-keys.sql against the migration', () => {
     expect(catalog.functions.join('\n')).toContain('nest-idempotency-pg key functions');
   });
 
-  it('run as one script (prisma migrate, psql) makes the catalog the migration makes; run again, changes nothing', async () => {
+  it('run as one script makes the catalog the migration makes; run again, changes nothing', async () => {
     const schema = await freshSchema('key_sql_script');
     await runAsOneScript(schema, await fileText());
     expect(await catalogOf(schema)).toEqual(byMigration);
+    await runAsOneScript(schema, await fileText());
+    expect(await catalogOf(schema)).toEqual(byMigration);
+  });
+
+  it('run on a key table an earlier version made, upgrades it to the catalog the migration makes', async () => {
+    const schema = await freshSchema('key_sql_upgrade');
+    await runModuleMigration(schema);
+    const client = await sqlClient(schema);
+    try {
+      // As an earlier release left it: claim functions of an older version, no expiry_floor, the index on
+      // expires_at, no fillfactor.
+      await client.query(`DO $$ DECLARE f text; BEGIN
+        FOREACH f IN ARRAY ARRAY['idempotency_keys_claim', 'idempotency_keys_claim_in_transaction'] LOOP
+          EXECUTE replace(pg_get_functiondef(f::regproc), '${KEY_FUNCTIONS_VERSION}', 'an older version');
+        END LOOP; END $$`);
+      await client.query('ALTER TABLE idempotency_keys DROP COLUMN expiry_floor');
+      await client.query('CREATE INDEX idempotency_keys_expires_at_idx ON idempotency_keys (expires_at)');
+      await client.query('ALTER TABLE idempotency_keys RESET (fillfactor)');
+      await client.query(`INSERT INTO idempotency_keys (tenant_id, key, fingerprint, status, owner_token, lease_expires_at, expires_at)
+                          VALUES ('t', 'kept', 'fp', 'in_flight', gen_random_uuid(), now(), now() + interval '1 hour')`);
+      expect(await catalogOf(schema)).not.toEqual(byMigration);
+    } finally {
+      await client.end();
+    }
     await runAsOneScript(schema, await fileText());
     expect(await catalogOf(schema)).toEqual(byMigration);
   });
