@@ -157,7 +157,7 @@ try {
 async function checkContents(files, tarball) {
   const manifest = JSON.parse(await readFile(join(root, 'package.json'), 'utf8'));
   const has = new Set(files);
-  for (const required of ['package.json', 'README.md', 'LICENSE', 'CHANGELOG.md', 'docs/errors.md']) {
+  for (const required of ['package.json', 'README.md', 'LICENSE', 'CHANGELOG.md', 'docs/errors.md', 'sql/idempotency-keys.sql']) {
     check(has.has(required), `${required} is not in the package`);
   }
   const targets = [manifest.main, manifest.types];

@@ -135,6 +135,9 @@ describe('start-up schema check', () => {
     expect(error.message).toContain('Run the migration CreateIdempotencyKeys1764460800000');
     expect(error.message).toContain('migratingDataSourceFactory()');
     expect(error.message).toContain('add IdempotencyKeyEntity to `entities` with `synchronize: true`');
+    expect(error.message).toContain(
+      "With a migration tool of your own (prisma migrate, drizzle-kit), add this version's sql/idempotency-keys.sql",
+    );
   });
 
   it('a key table that lacks columns stops the app, naming the columns', async () => {
@@ -173,6 +176,8 @@ describe('start-up schema check', () => {
       '"idempotency_keys_claim", "idempotency_keys_claim_in_transaction" of the key table "idempotency_keys" were created by an older version',
     );
     expect(error.message).toContain('CreateIdempotencyKeys1764460800000 replaces them in place');
+    expect(error.message).toContain(`(it needs "${KEY_FUNCTIONS_VERSION}", marked in their source)`);
+    expect(error.message).toContain("add this version's sql/idempotency-keys.sql");
     // With synchronize: true the module replaces them itself, and the store works.
     await bootsAndWorks(schema, {}, { entities: [IdempotencyKeyEntity], synchronize: true });
   });
@@ -315,6 +320,8 @@ describe('start-up schema check', () => {
     expect(error.message).toContain(`the key table "${tableName}" does not exist (looked for it in schema "${elsewhere}")`);
     expect(error.message).toContain(`createIdempotencyKeysMigration('${tableName}')`);
     expect(error.message).toContain(`createIdempotencyKeyEntity('${tableName}')`);
+    // The file makes the table under the default name only.
+    expect(error.message).not.toContain('sql/idempotency-keys.sql');
     // Off the search_path, but qualified: found, and used.
     await sql(schema, ...createTableStatements(tableName));
     await bootsAndWorks(schema, { tableName });

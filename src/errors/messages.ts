@@ -6,12 +6,22 @@ export interface TableFix {
   migration: string;
   /** The entity for `synchronize: true`, when the table has one. */
   entity?: string;
+  /** The package's SQL file that makes the same table, for an app whose own migration tool makes its tables. */
+  sqlFile?: string;
 }
+
+/** What an app whose own migration tool (prisma migrate, drizzle-kit) makes its tables runs instead of the migration. */
+const sqlFileFix = (table: TableFix) =>
+  table.sqlFile
+    ? ` With a migration tool of your own (prisma migrate, drizzle-kit), add this version's ${table.sqlFile} ` +
+      '(shipped with the package; docs/schema.md, "The key table as a SQL file") as a new migration of that tool and run it.'
+    : '';
 
 const tableFix = (table: TableFix) =>
   `Run the migration ${table.migration}: add it to your TypeORM \`migrations\` and run them at start-up ` +
   '(`dataSourceFactory: migratingDataSourceFactory()` in TypeOrmModule.forRootAsync runs them safely on several instances)' +
-  (table.entity ? `, or, without migrations, add ${table.entity} to \`entities\` with \`synchronize: true\`.` : '.');
+  (table.entity ? `, or, without migrations, add ${table.entity} to \`entities\` with \`synchronize: true\`.` : '.') +
+  sqlFileFix(table);
 
 /**
  * The messages of the root entry (the module, its request path, the store and the sweeper), in one place.
@@ -91,25 +101,29 @@ export const messages = {
       `HOT update. ${table.migration} upgrades the table in place: run its statements again (they are idempotent), for ` +
       'instance from a migration of your own whose `up` calls its `up`. docs/schema.md ("Upgrading") shows the migration, ' +
       'and the same steps run online beforehand on a large table' +
-      (table.entity ? `; without migrations, \`synchronize: true\` with ${table.entity} upgrades it.` : '.'),
+      (table.entity ? `; without migrations, \`synchronize: true\` with ${table.entity} upgrades it.` : '.') +
+      sqlFileFix(table),
     functionsMissing: (table: TableFix, missing: readonly string[]) =>
       `IdempotencyModule: the function${missing.length > 1 ? 's' : ''} ${missing.join(', ')} of the key table "${table.name}" ` +
       `do${missing.length > 1 ? '' : 'es'} not exist. The claim and the completion call them. ${table.migration} creates them ` +
       'with the table: run it (again, on a table made by an older version: its statements are idempotent), or, without ' +
-      'migrations, use `synchronize: true`, with which the module creates them at start-up.',
+      'migrations, use `synchronize: true`, with which the module creates them at start-up.' +
+      sqlFileFix(table),
     partitionedRequestTransactionIsolation: (tableName: string) =>
       `IdempotencyModule: claimMode 'request-transaction' on the partitioned key table "${tableName}" needs the ` +
       "handler's transaction at READ COMMITTED, and this data source's transactions default to a stricter level " +
       '(its `isolationLevel`, or the default of the database, the role or the connection). There a claim made inside ' +
       "the transaction could miss a key another instance just committed, in another partition. Use claimMode 'separate' " +
       '(it claims at READ COMMITTED whatever the default), the plain key table, or READ COMMITTED.',
-    functionsFromOlderVersion: (table: TableFix, stale: readonly string[]) =>
+    functionsFromOlderVersion: (table: TableFix, stale: readonly string[], needed: string) =>
       `IdempotencyModule: the claim function${stale.length > 1 ? 's' : ''} ${stale.join(', ')} of the key table ` +
       `"${table.name}" ${stale.length > 1 ? 'were' : 'was'} created by an older version of the module, without the key's ` +
       `lock that keeps the two claim modes apart, the handling of REPEATABLE READ and SERIALIZABLE, or the expiry floor ` +
-      `the sweeper reads, which this version relies on. ${table.migration} replaces ${stale.length > 1 ? 'them' : 'it'} ` +
+      `the sweeper reads, which this version relies on (it needs "${needed}", marked in their source). ` +
+      `${table.migration} replaces ${stale.length > 1 ? 'them' : 'it'} ` +
       'in place: run its statements again (they are idempotent), or, without migrations, use `synchronize: true`, with ' +
-      'which the module replaces them at start-up.',
+      'which the module replaces them at start-up.' +
+      sqlFileFix(table),
     partitionLayout: (name: string, expected: string, value: unknown) =>
       `createPartitionedIdempotencyKeysMigration(): \`${name}\` must be ${expected}, got ${JSON.stringify(value) ?? String(value)}.`,
     citusPartitioned:

@@ -65,8 +65,11 @@ export async function findSchemaProblems(dataSource: DataSource, tables: readonl
   return problems;
 }
 
-/** The key table under `tableName`, as the module's migration and entity create it (the partitioned one has no entity). */
-export function keyTable(tableName: string, partitioned = false): RequiredTable {
+/**
+ * The key table under `tableName`, as the module's migration and entity create it (the partitioned one has no entity).
+ * sql/idempotency-keys.sql makes only the plain table under the default name, with the one-server functions.
+ */
+export function keyTable(tableName: string, partitioned = false, citus = false): RequiredTable {
   const isDefault = tableName === DEFAULT_TABLE_NAME;
   if (partitioned) {
     return {
@@ -86,6 +89,7 @@ export function keyTable(tableName: string, partitioned = false): RequiredTable 
     addedByUpgrade: KEY_TABLE_COLUMNS_ADDED_BY_UPGRADE,
     migration: isDefault ? 'CreateIdempotencyKeys1764460800000' : `createIdempotencyKeysMigration('${tableName}')`,
     entity: isDefault ? 'IdempotencyKeyEntity' : `createIdempotencyKeyEntity('${tableName}')`,
+    sqlFile: isDefault && !citus ? 'sql/idempotency-keys.sql' : undefined,
   };
 }
 
@@ -123,7 +127,9 @@ export class IdempotencySchemaCheck implements OnModuleInit {
     if (!this.dataSource.isInitialized) return;
     const tables: RequiredTable[] = [];
     const keys =
-      this.store instanceof PostgresIdempotencyStore ? keyTable(this.store.tableName, this.store.partitioned) : undefined;
+      this.store instanceof PostgresIdempotencyStore
+        ? keyTable(this.store.tableName, this.store.partitioned, this.options.citus)
+        : undefined;
     if (keys) tables.push(keys);
     if (this.options.outbox.configured) tables.push(outboxTable(this.options.outbox.tableName));
     if (this.options.ledger.configured) tables.push(ledgerTable(this.options.ledger.tableName));
@@ -174,7 +180,7 @@ export class IdempotencySchemaCheck implements OnModuleInit {
       const stale = await staleClaimFunctions(this.dataSource, table.name, partitioned);
       if (stale.length === 0) return [];
       if (!this.dataSource.options.synchronize || partitioned || this.options.citus) {
-        return [messages.config.functionsFromOlderVersion(table, stale)];
+        return [messages.config.functionsFromOlderVersion(table, stale, KEY_FUNCTIONS_VERSION)];
       }
     } else if (!this.dataSource.options.synchronize || partitioned || this.options.citus) {
       return [messages.config.functionsMissing(table, missing)];
