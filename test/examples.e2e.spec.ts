@@ -1,0 +1,149 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import { migrate } from 'drizzle-orm/node-postgres/migrator';
+import pg from 'pg';
+import { freePort } from './reliability/support/sample-process.js';
+import { databaseUrl } from './support/database.js';
+import { send, sleep, type RawResponse } from './support/http.js';
+import { ADAPTERS, type AdapterName } from './support/test-app.js';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+const BOOT_DEADLINE_MS = 60_000;
+const DUPLICATES = 8;
+
+type ExampleName = 'prisma' | 'drizzle';
+
+/**
+ * The example's tables, as its ORM's own tool would make them: Prisma's migration SQL (what `prisma migrate deploy`
+ * runs; its schema engine cannot be downloaded here), Drizzle's migrations through drizzle-orm's migrator. The key
+ * table is the app's to make, at start-up.
+ */
+const CREATE_APP_TABLES: Record<ExampleName, (client: pg.Client) => Promise<unknown>> = {
+  prisma: async (client) =>
+    client.query(await readFile(join(ROOT, 'examples/prisma/prisma/migrations/20261204000000_payouts/migration.sql'), 'utf8')),
+  drizzle: (client) => migrate(drizzle(client), { migrationsFolder: join(ROOT, 'examples/drizzle/drizzle') }),
+};
+
+/**
+ * Each example app (examples/), booted by its own src/main.ts in a process of its own (its imports of
+ * nest-idempotency-pg resolve to src/), against a fresh database named by DATABASE_URL, as its README runs it, on
+ * the HTTP adapter its HTTP_ADAPTER chooses.
+ */
+describe.each((['prisma', 'drizzle'] as const).flatMap((example) => ADAPTERS.map((adapter) => [example, adapter] as const)))(
+  'examples/%s on %s',
+  (example: ExampleName, adapter: AdapterName) => {
+    const database = `example_${example}_${adapter}_${process.pid}`;
+    const url = new URL(databaseUrl());
+    url.pathname = `/${database}`;
+    let admin: pg.Client;
+    let db: pg.Client;
+    let app: ChildProcess | undefined;
+    let output = '';
+    let baseUrl: string;
+    let n = 0;
+    const fresh = () => `${example}-${adapter}-${Date.now()}-${++n}`;
+
+    beforeAll(async () => {
+      admin = new pg.Client({ connectionString: databaseUrl() });
+      await admin.connect();
+      await admin.query(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
+      await admin.query(`CREATE DATABASE "${database}"`);
+      db = new pg.Client({ connectionString: url.href });
+      await db.connect();
+      await CREATE_APP_TABLES[example](db);
+
+      const port = await freePort();
+      baseUrl = `http://127.0.0.1:${port}`;
+      app = spawn(process.execPath, [join(ROOT, 'test/support/run-typescript.mjs'), 'src/main.ts'], {
+        cwd: join(ROOT, 'examples', example),
+        // Jest's --experimental-vm-modules is not for the child.
+        env: { ...process.env, NODE_OPTIONS: '', DATABASE_URL: url.href, PORT: String(port), HTTP_ADAPTER: adapter },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      app.stdout!.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
+      app.stderr!.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
+      const deadline = Date.now() + BOOT_DEADLINE_MS;
+      for (;;) {
+        if (app.exitCode !== null || app.signalCode !== null) throw new Error(`examples/${example} exited:\n${output}`);
+        if (Date.now() > deadline)
+          throw new Error(`examples/${example} did not answer within ${BOOT_DEADLINE_MS} ms:\n${output}`);
+        const answered = await send(baseUrl, 'GET', '/payouts').then(
+          () => true,
+          () => false,
+        );
+        if (answered) break;
+        await sleep(100);
+      }
+    });
+
+    afterAll(async () => {
+      if (app && app.exitCode === null && app.signalCode === null) {
+        const exited = new Promise((resolve) => app!.once('exit', resolve));
+        app.kill('SIGTERM');
+        await exited;
+      }
+      await db?.end();
+      if (admin) {
+        await admin.query(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
+        await admin.end();
+      }
+    });
+
+    const pay = (key: string, account: string, amount = 2500): Promise<RawResponse> =>
+      send(baseUrl, 'POST', '/payouts', { headers: [['Idempotency-Key', key]], body: { account, amount } });
+
+    /** What committed for the account: its payouts, and the amounts of its ledger entries. */
+    async function writesOf(account: string) {
+      const payouts = await db.query('SELECT count(*)::int AS n FROM payouts WHERE account = $1', [account]);
+      const ledger = await db.query('SELECT amount FROM ledger_entries WHERE account = $1 ORDER BY id', [account]);
+      return { payouts: payouts.rows[0].n as number, ledger: ledger.rows.map((row) => row.amount as number) };
+    }
+
+    it("pays a new key once: the payout and its ledger entry, through the app's own client, commit with the key", async () => {
+      const [key, account] = [fresh(), fresh()];
+      const first = await pay(key, account);
+      // With the app's log beside the status, so a failure shows why it answered what it did.
+      expect({ status: first.status, output }).toEqual({ status: 201, output: expect.any(String) });
+      expect(first.json()).toEqual({ id: expect.any(Number), account, amount: 2500 });
+      expect(first.headers['idempotent-replayed']).toBeUndefined();
+      expect(await writesOf(account)).toEqual({ payouts: 1, ledger: [-2500] });
+      // The transaction that wrote the payout completed the key: the integration at work, not two commits side by side.
+      // (The ledger entry, written in a savepoint, carries its subtransaction's id.)
+      const writers = await db.query(
+        `SELECT (SELECT xmin::text FROM payouts WHERE account = $1) AS payout,
+              (SELECT xmin::text FROM idempotency_keys WHERE key = $2) AS key`,
+        [account, key],
+      );
+      expect(writers.rows[0].key).toBe(writers.rows[0].payout);
+    });
+
+    it('runs concurrent duplicates of a new key once: one payout, one ledger entry, the rest 409 or replays', async () => {
+      const [key, account] = [fresh(), fresh()];
+      const answers = await Promise.all(Array.from({ length: DUPLICATES }, () => pay(key, account, 700)));
+      const executed = answers.filter((a) => a.status === 201 && a.headers['idempotent-replayed'] === undefined);
+      expect(answers.map((a) => a.status).filter((status) => status !== 201 && status !== 409)).toEqual([]);
+      expect(executed).toHaveLength(1);
+      expect(await writesOf(account)).toEqual({ payouts: 1, ledger: [-700] });
+      // Whichever duplicates were replayed answered the executed one's bytes.
+      for (const replay of answers.filter((a) => a.headers['idempotent-replayed'] === 'true')) {
+        expect(replay.body.equals(executed[0].body)).toBe(true);
+      }
+    });
+
+    it('replays a completed key with the same bytes and writes nothing more', async () => {
+      const [key, account] = [fresh(), fresh()];
+      const first = await pay(key, account, 1200);
+      expect(first.status).toBe(201);
+      const retry = await pay(key, account, 1200);
+      expect(retry.status).toBe(201);
+      expect(retry.headers['idempotent-replayed']).toBe('true');
+      expect(retry.body.toString('utf8')).toBe(first.body.toString('utf8'));
+      expect(retry.body.equals(first.body)).toBe(true);
+      expect(await writesOf(account)).toEqual({ payouts: 1, ledger: [-1200] });
+    });
+  },
+);
