@@ -1,18 +1,16 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { migrate } from 'drizzle-orm/node-postgres/migrator';
 import pg from 'pg';
-import { freePort } from './reliability/support/sample-process.js';
 import { databaseUrl } from './support/database.js';
-import { send, sleep, type RawResponse } from './support/http.js';
+import { send, type RawResponse } from './support/http.js';
+import { MainProcess } from './support/main-process.js';
 import { ADAPTERS, type AdapterName } from './support/test-app.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
-const BOOT_DEADLINE_MS = 60_000;
 const DUPLICATES = 8;
 
 type ExampleName = 'prisma' | 'drizzle';
@@ -41,9 +39,7 @@ describe.each((['prisma', 'drizzle'] as const).flatMap((example) => ADAPTERS.map
     url.pathname = `/${database}`;
     let admin: pg.Client;
     let db: pg.Client;
-    let app: ChildProcess | undefined;
-    let output = '';
-    let baseUrl: string;
+    let app: MainProcess | undefined;
     let n = 0;
     const fresh = () => `${example}-${adapter}-${Date.now()}-${++n}`;
 
@@ -56,36 +52,15 @@ describe.each((['prisma', 'drizzle'] as const).flatMap((example) => ADAPTERS.map
       await db.connect();
       await CREATE_APP_TABLES[example](db);
 
-      const port = await freePort();
-      baseUrl = `http://127.0.0.1:${port}`;
-      app = spawn(process.execPath, [join(ROOT, 'test/support/run-typescript.mjs'), 'src/main.ts'], {
+      app = await MainProcess.start(`examples/${example}`, 'src/main.ts', {
         cwd: join(ROOT, 'examples', example),
-        // Jest's --experimental-vm-modules is not for the child.
-        env: { ...process.env, NODE_OPTIONS: '', DATABASE_URL: url.href, PORT: String(port), HTTP_ADAPTER: adapter },
-        stdio: ['ignore', 'pipe', 'pipe'],
+        env: { DATABASE_URL: url.href, HTTP_ADAPTER: adapter },
+        probePath: '/payouts',
       });
-      app.stdout!.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
-      app.stderr!.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
-      const deadline = Date.now() + BOOT_DEADLINE_MS;
-      for (;;) {
-        if (app.exitCode !== null || app.signalCode !== null) throw new Error(`examples/${example} exited:\n${output}`);
-        if (Date.now() > deadline)
-          throw new Error(`examples/${example} did not answer within ${BOOT_DEADLINE_MS} ms:\n${output}`);
-        const answered = await send(baseUrl, 'GET', '/payouts').then(
-          () => true,
-          () => false,
-        );
-        if (answered) break;
-        await sleep(100);
-      }
     });
 
     afterAll(async () => {
-      if (app && app.exitCode === null && app.signalCode === null) {
-        const exited = new Promise((resolve) => app!.once('exit', resolve));
-        app.kill('SIGTERM');
-        await exited;
-      }
+      await app?.stop();
       await db?.end();
       if (admin) {
         await admin.query(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
@@ -94,7 +69,7 @@ describe.each((['prisma', 'drizzle'] as const).flatMap((example) => ADAPTERS.map
     });
 
     const pay = (key: string, account: string, amount = 2500): Promise<RawResponse> =>
-      send(baseUrl, 'POST', '/payouts', { headers: [['Idempotency-Key', key]], body: { account, amount } });
+      send(app!.baseUrl, 'POST', '/payouts', { headers: [['Idempotency-Key', key]], body: { account, amount } });
 
     /** What committed for the account: its payouts, and the amounts of its ledger entries. */
     async function writesOf(account: string) {
@@ -107,7 +82,7 @@ describe.each((['prisma', 'drizzle'] as const).flatMap((example) => ADAPTERS.map
       const [key, account] = [fresh(), fresh()];
       const first = await pay(key, account);
       // With the app's log beside the status, so a failure shows why it answered what it did.
-      expect({ status: first.status, output }).toEqual({ status: 201, output: expect.any(String) });
+      expect({ status: first.status, output: app!.output }).toEqual({ status: 201, output: expect.any(String) });
       expect(first.json()).toEqual({ id: expect.any(Number), account, amount: 2500 });
       expect(first.headers['idempotent-replayed']).toBeUndefined();
       expect(await writesOf(account)).toEqual({ payouts: 1, ledger: [-2500] });
