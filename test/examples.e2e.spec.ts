@@ -1,29 +1,43 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { execFile } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { drizzle } from 'drizzle-orm/node-postgres';
-import { migrate } from 'drizzle-orm/node-postgres/migrator';
+import { promisify } from 'node:util';
 import pg from 'pg';
 import { databaseUrl } from './support/database.js';
 import { send, type RawResponse } from './support/http.js';
 import { MainProcess } from './support/main-process.js';
 import { ADAPTERS, type AdapterName } from './support/test-app.js';
 
+const run = promisify(execFile);
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const DUPLICATES = 8;
 
 type ExampleName = 'prisma' | 'drizzle';
 
 /**
- * The example's tables, as its ORM's own tool would make them: Prisma's migration SQL (what `prisma migrate deploy`
- * runs; its schema engine cannot be downloaded here), Drizzle's migrations through drizzle-orm's migrator. The key
- * table is the app's to make, at start-up.
+ * The example's tables, made as its README says: Drizzle's by the example's own `migrate` script (drizzle-orm's
+ * migrator); Prisma's from its migration's SQL, which `prisma migrate deploy` would run (its schema engine cannot be
+ * downloaded here). The key table is the app's to make, at start-up.
  */
-const CREATE_APP_TABLES: Record<ExampleName, (client: pg.Client) => Promise<unknown>> = {
-  prisma: async (client) =>
-    client.query(await readFile(join(ROOT, 'examples/prisma/prisma/migrations/20261204000000_payouts/migration.sql'), 'utf8')),
-  drizzle: (client) => migrate(drizzle(client), { migrationsFolder: join(ROOT, 'examples/drizzle/drizzle') }),
+const CREATE_APP_TABLES: Record<ExampleName, (url: string) => Promise<unknown>> = {
+  prisma: async (url) => {
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      await client.query(
+        await readFile(join(ROOT, 'examples/prisma/prisma/migrations/20261204000000_payouts/migration.sql'), 'utf8'),
+      );
+    } finally {
+      await client.end();
+    }
+  },
+  drizzle: (url) =>
+    run(process.execPath, [join(ROOT, 'test/support/run-typescript.mjs'), 'src/migrate.ts'], {
+      cwd: join(ROOT, 'examples/drizzle'),
+      env: { ...process.env, NODE_OPTIONS: '', DATABASE_URL: url },
+    }),
 };
 
 /**
@@ -50,7 +64,7 @@ describe.each((['prisma', 'drizzle'] as const).flatMap((example) => ADAPTERS.map
       await admin.query(`CREATE DATABASE "${database}"`);
       db = new pg.Client({ connectionString: url.href });
       await db.connect();
-      await CREATE_APP_TABLES[example](db);
+      await CREATE_APP_TABLES[example](url.href);
 
       app = await MainProcess.start(`examples/${example}`, 'src/main.ts', {
         cwd: join(ROOT, 'examples', example),
