@@ -12,6 +12,8 @@ export default tseslint.config(
       'bench/results/',
       'dist-bench/',
       'test/prisma/generated/',
+      'examples/prisma/src/generated/',
+      'bench/prisma/generated/',
     ],
   },
   js.configs.recommended,

@@ -24,6 +24,7 @@
  * and a call to the slow service, all inside the transaction):
  *   POST /bare/realistic   in a plain TypeORM transaction; no module
  *   POST /idem/realistic   @Idempotent()
+ * The data layers' routes (/prisma-bare, /prisma-idem, /drizzle-bare, /drizzle-idem) are in layer-routes.ts.
  */
 import 'reflect-metadata';
 import {
@@ -64,6 +65,8 @@ import { FENCE_LOST_SQLSTATE } from '../src/store/key-function-parts.sql.js';
 import { pipelined, type PipelineClient, type PipelinedStatement } from '../src/store/postgres/pipelined.js';
 import { quoteTableName } from '../src/store/identifiers.js';
 import { Idempotent, IdempotencyModule, TxManager } from '../src/index.js';
+import { chargeView, type ChargeBody } from './charge.js';
+import { LayerChargesController, layerRoutes } from './layer-routes.js';
 import { BENCH_TENANT, CHARGES_TABLE, CUSTOMERS_TABLE, EVENTS_TABLE, KEY_TABLE, LEDGER_TABLE, onCitus } from './database.js';
 import {
   APP_APPLICATION_NAME,
@@ -73,17 +76,6 @@ import {
   type RunnerRequest,
   type WithoutId,
 } from './protocol.js';
-
-interface ChargeBody {
-  amount: number;
-  currency: string;
-  customer: string;
-  description?: string;
-  /** A slow provider: the handler waits this long after its insert, inside the transaction. */
-  delayMs?: number;
-  /** Echoed in the response when given (scenario 11 sends about 1 MiB of it). */
-  metadata?: unknown;
-}
 
 type Rows = Array<Record<string, unknown>>;
 type Query = (sql: string, params: unknown[]) => Promise<Rows>;
@@ -96,21 +88,6 @@ async function createCharge(query: Query, body: ChargeBody) {
   const [row] = await query(INSERT_CHARGE, [body.amount, body.currency, body.customer]);
   if (body.delayMs) await sleep(body.delayMs);
   return chargeView(String(row.id), row.created_at as Date, body);
-}
-
-function chargeView(id: string, created: Date, body: ChargeBody) {
-  return {
-    id: `ch_${id}`,
-    object: 'charge',
-    amount: body.amount,
-    currency: body.currency,
-    customer: body.customer,
-    description: body.description ?? null,
-    // Only when sent, so the small requests' responses stay as they were.
-    ...(body.metadata === undefined ? {} : { metadata: body.metadata }),
-    status: 'succeeded',
-    created: created.toISOString(),
-  };
 }
 
 const SELECT_CUSTOMER = `SELECT id, risk_level FROM ${CUSTOMERS_TABLE} WHERE id = $1`;
@@ -675,6 +652,8 @@ function countPromises(): () => number {
 
 function createBenchModule(counter: RoundTripCounter) {
   const schema = process.env.BENCH_SCHEMA ?? 'bench';
+  const poolSize = Number(process.env.BENCH_POOL_SIZE ?? 10);
+  const layers = layerRoutes(schema, poolSize);
   @Module({
     imports: [
       TypeOrmModule.forRoot({
@@ -685,7 +664,7 @@ function createBenchModule(counter: RoundTripCounter) {
         // The claim is plain SQL on the key table, so it resolves through search_path.
         extra: {
           options: `-c search_path=${schema}`,
-          max: Number(process.env.BENCH_POOL_SIZE ?? 10),
+          max: poolSize,
           connectionTimeoutMillis: 10_000,
         },
         logger: counter,
@@ -704,9 +683,11 @@ function createBenchModule(counter: RoundTripCounter) {
           ? { reservedConnections: Number(process.env.BENCH_RESERVED_CONNECTIONS) }
           : {}),
       }),
+      ...layers.imports,
     ],
-    controllers: [ChargesController],
+    controllers: [ChargesController, LayerChargesController],
     providers: [
+      ...layers.providers,
       {
         provide: HandWrittenIdempotency,
         useFactory: (dataSource: DataSource) => new HandWrittenIdempotency(driverPool(dataSource), counter),

@@ -1,6 +1,6 @@
 import { DEFAULT_SWEEP_BATCH_SIZE } from '../src/idempotency.constants.js';
 export type AdapterName = 'express' | 'fastify';
-export type ScenarioGroup = 'http' | 'size' | 'sweep' | 'durable' | 'retention';
+export type ScenarioGroup = 'http' | 'size' | 'sweep' | 'durable' | 'retention' | 'layers';
 
 /** Everything a run can be told through the environment; `BENCH_QUICK=1` shrinks it for development. */
 export interface BenchConfig {
@@ -8,7 +8,7 @@ export interface BenchConfig {
   adapters: AdapterName[];
   /**
    * Which groups run: `http` (scenarios 1-4, 7-12), `size` (5), `sweep` (6), `durable` (13, when
-   * `durableDatabaseUrl` is set), `retention` (14).
+   * `durableDatabaseUrl` is set), `retention` (14), `layers` (15: Prisma and Drizzle).
    */
   groups: ScenarioGroup[];
   schema: string;
@@ -69,7 +69,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): BenchConfig {
   return {
     mode: quick ? 'quick' : 'full',
     adapters: list(env.BENCH_ADAPTERS, ['express', 'fastify'] as const, 'BENCH_ADAPTERS'),
-    groups: list(env.BENCH_ONLY, ['http', 'size', 'sweep', 'durable', 'retention'] as const, 'BENCH_ONLY'),
+    groups: list(env.BENCH_ONLY, ['http', 'layers', 'size', 'sweep', 'durable', 'retention'] as const, 'BENCH_ONLY'),
     schema: env.BENCH_SCHEMA ?? 'bench',
     durableDatabaseUrl: env.BENCH_DURABLE_DATABASE_URL || undefined,
     poolSize: int(env, 'BENCH_POOL_SIZE', 10),

@@ -42,9 +42,16 @@ export type VariantName =
   | 'bigBodyModule'
   | 'bareAtPeer'
   | 'moduleAtPeer'
-  | 'floorAtPeer';
-/** What scenarios 1-4 and 7-12 measure: all but the floor with an asynchronous claim commit, which only durable commits tell apart. */
-export type MainVariantName = Exclude<VariantName, 'floorAsyncClaim'>;
+  | 'floorAtPeer'
+  | LayerVariantName;
+/** Scenario 15's: the same write through each data layer of issue 29, without and with `@Idempotent()`. */
+export const LAYER_VARIANTS = ['prismaBare', 'prismaModule', 'drizzleBare', 'drizzleModule'] as const;
+export type LayerVariantName = (typeof LAYER_VARIANTS)[number];
+/**
+ * What scenarios 1-4 and 7-12 measure: all but the floor with an asynchronous claim commit, which only durable commits
+ * tell apart, and the data layers', which have their group (`layers`).
+ */
+export type MainVariantName = Exclude<VariantName, 'floorAsyncClaim' | LayerVariantName>;
 
 /**
  * The steady-load variants; each request carries an Idempotency-Key so all
@@ -152,6 +159,26 @@ export const VARIANTS: Record<VariantName, Variant> = {
     keys: 'new',
     connections: 'peer',
     what: "the 3-round-trip floor at the peer benchmark's connection count",
+  },
+  prismaBare: {
+    path: '/prisma-bare/charges',
+    keys: 'new',
+    what: "the charge created through the app's Prisma client (@prisma/adapter-pg on idempotentPool), no module",
+  },
+  prismaModule: {
+    path: '/prisma-idem/charges',
+    keys: 'new',
+    what: 'the same Prisma handler under @Idempotent(), a new key per request',
+  },
+  drizzleBare: {
+    path: '/drizzle-bare/charges',
+    keys: 'new',
+    what: "the charge inserted through the app's Drizzle database (DrizzleTransactionHost#db), no module",
+  },
+  drizzleModule: {
+    path: '/drizzle-idem/charges',
+    keys: 'new',
+    what: 'the same Drizzle handler under @Idempotent(), a new key per request',
   },
 };
 
@@ -279,7 +306,9 @@ export async function runHttpScenarios(
     await vacuumAnalyze(db);
     const bodies = { big: bigBody(config.bigBodyBytes) };
 
-    const order = (Object.keys(VARIANTS) as VariantName[]).filter((name): name is MainVariantName => name !== 'floorAsyncClaim');
+    const order = (Object.keys(VARIANTS) as VariantName[]).filter(
+      (name): name is MainVariantName => name !== 'floorAsyncClaim' && !(LAYER_VARIANTS as readonly string[]).includes(name),
+    );
     // A new key's completion updates its row: counted where the module writes new keys, to see it done as a HOT update.
     const keyUpdates = { counter: new KeyTableUpdateCounter(db), variants: ['module', 'requestTransaction'] as const };
     const variants = await measureVariants(

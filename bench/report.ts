@@ -6,6 +6,7 @@ import type { SweepScenarioResult, TableSizeResult } from './db-scenarios.js';
 import type { DurableResults } from './durable-scenario.js';
 import type { RetentionResult } from './retention-scenario.js';
 import type { AdapterResults, VariantResult } from './http-scenarios.js';
+import type { LayerAdapterResults } from './layer-scenarios.js';
 
 export interface TargetRow {
   scenario: string;
@@ -62,6 +63,7 @@ export function targetRows(
   sweep?: SweepScenarioResult,
   durable?: DurableResults,
   retention?: RetentionResult,
+  layers: Partial<Record<AdapterName, LayerAdapterResults>> = {},
 ): TargetRow[] {
   const rows: TargetRow[] = [];
   for (const results of Object.values(http)) {
@@ -391,6 +393,7 @@ export function targetRows(
     });
   }
 
+  rows.push(...layerRows(layers, http));
   if (tableSize) {
     const { small, big } = tableSize;
     const sizes = `${compact(big.rows)} vs ${compact(small.rows)} rows`;
@@ -445,6 +448,51 @@ export function targetRows(
   }
   if (durable) rows.push(...durableRows(durable));
   if (retention) rows.push(...retentionRows(retention));
+  return rows;
+}
+
+/**
+ * Scenario 15 (issue 29): what the module adds to a handler writing through Prisma or Drizzle, each layer against its
+ * own bare handler in the same app process, with scenario 1's TypeORM figures of the same adapter beside them when
+ * the `http` group ran. Information: issue 29 asks for the cost, and sets no target.
+ */
+function layerRows(
+  layers: Partial<Record<AdapterName, LayerAdapterResults>>,
+  http: Partial<Record<AdapterName, AdapterResults>>,
+): TargetRow[] {
+  const rows: TargetRow[] = [];
+  for (const { adapter, variants: v } of Object.values(layers)) {
+    const typeorm = http[adapter]?.variants;
+    const typeormOverhead = typeorm && cpuOverhead(typeorm.module, typeorm.bare);
+    for (const [layer, module, bare] of [
+      ['Prisma', v.prismaModule, v.prismaBare],
+      ['Drizzle', v.drizzleModule, v.drizzleBare],
+    ] as const) {
+      const overhead = cpuOverhead(module, bare);
+      rows.push({
+        scenario: '15',
+        adapter,
+        measure: `${layer}: new key: server CPU per request, module - bare handler (app + PostgreSQL)`,
+        value: overhead === null ? '?' : us(overhead),
+        detail:
+          `${cpu(module)} vs ${cpu(bare)}` +
+          (typeorm ? `; TypeORM (scenario 1): ${typeormOverhead == null ? '?' : us(typeormOverhead)}` : ''),
+        target: '-',
+        result: 'info',
+      });
+      rows.push({
+        scenario: '15',
+        adapter,
+        measure: `${layer}: new key: throughput, module / bare handler`,
+        value: x(ratio(module.rps, bare.rps)),
+        detail:
+          `${rps(module.rps)} vs ${rps(bare.rps)}; p50 ${ms(module.latency.p50)} vs ${ms(bare.latency.p50)}` +
+          (typeorm ? `; TypeORM (scenario 1): ${x(ratio(typeorm.module.rps, typeorm.bare.rps))}` : ''),
+        target: '-',
+        result: 'info',
+      });
+    }
+  }
   return rows;
 }
 

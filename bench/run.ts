@@ -16,6 +16,7 @@ import { runSweep, runTableSize, type SweepScenarioResult, type TableSizeResult 
 import { runDurableCommits, type DurableResults } from './durable-scenario.js';
 import { runRetention, type RetentionResult } from './retention-scenario.js';
 import { runHttpScenarios, type AdapterResults } from './http-scenarios.js';
+import { runLayerScenarios, type LayerAdapterResults } from './layer-scenarios.js';
 import { markdownTable, saveResults, targetRows } from './report.js';
 
 const log = (line: string) => console.log(line);
@@ -43,6 +44,11 @@ async function main(): Promise<void> {
           http[adapter] = await runHttpScenarios(adapter, config, database.url, db, log);
         }
       }
+      let layers: Partial<Record<AdapterName, LayerAdapterResults>> = {};
+      if (config.groups.includes('layers')) {
+        log('\n== Data layers: Prisma and Drizzle, without and with the module (scenario 15)');
+        layers = await runLayerScenarios(config, database.url, db, log);
+      }
       let tableSize: TableSizeResult | undefined;
       if (config.groups.includes('size')) {
         log('\n== Table size (scenario 5)');
@@ -66,7 +72,7 @@ async function main(): Promise<void> {
         retention = await runRetention(config, database.url, log);
       }
 
-      const targets = targetRows(http, tableSize, sweep, durable, retention);
+      const targets = targetRows(http, tableSize, sweep, durable, retention, layers);
       const durationSeconds = Math.round((performance.now() - began) / 1000);
       const files = await saveResults({
         version: 1,
@@ -84,6 +90,7 @@ async function main(): Promise<void> {
         // A password in the durable server's URL stays out of the saved results.
         config: { ...config, durableDatabaseUrl: withoutPassword(config.durableDatabaseUrl) },
         http,
+        layers,
         tableSize,
         sweep,
         durable,

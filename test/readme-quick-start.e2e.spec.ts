@@ -1,16 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { databaseUrl } from './support/database.js';
-import { send, sleep, type RawResponse } from './support/http.js';
+import { send, type RawResponse } from './support/http.js';
+import { MainProcess } from './support/main-process.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
-const BOOT_DEADLINE_MS = 60_000;
 
 /** The first TypeScript block under the README's "## Quick start" heading, as a reader would paste it. */
 async function quickStartSample(): Promise<string> {
@@ -19,14 +17,6 @@ async function quickStartSample(): Promise<string> {
   const block = /\n```ts\n([\s\S]*?)\n```\n/.exec(section);
   if (!section.startsWith('\n## Quick start') || !block) throw new Error('README.md has no ```ts block under "## Quick start"');
   return block[1];
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
 }
 
 /**
@@ -39,9 +29,7 @@ describe("the README's Quick start, run as pasted", () => {
   const database = `quickstart_${process.pid}_${Date.now()}`;
   let admin: pg.Client;
   let project: string;
-  let app: ChildProcess | undefined;
-  let output = '';
-  let baseUrl: string;
+  let app: MainProcess | undefined;
 
   beforeAll(async () => {
     admin = new pg.Client({ connectionString: databaseUrl() });
@@ -56,36 +44,15 @@ describe("the README's Quick start, run as pasted", () => {
     await symlink(join(ROOT, 'node_modules'), join(project, 'node_modules'), 'dir');
     await writeFile(join(project, 'main.ts'), await quickStartSample());
 
-    const port = await freePort();
-    baseUrl = `http://127.0.0.1:${port}`;
-    app = spawn(process.execPath, [join(ROOT, 'test/support/run-typescript.mjs'), join(project, 'main.ts')], {
+    app = await MainProcess.start('The Quick start', join(project, 'main.ts'), {
       cwd: project,
-      // Jest's --experimental-vm-modules is not for the child.
-      env: { ...process.env, NODE_OPTIONS: '', DATABASE_URL: url.href, PORT: String(port) },
-      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { DATABASE_URL: url.href },
+      probePath: '/charges',
     });
-    app.stdout!.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
-    app.stderr!.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
-
-    const deadline = Date.now() + BOOT_DEADLINE_MS;
-    for (;;) {
-      if (app.exitCode !== null || app.signalCode !== null) throw new Error(`The Quick start exited:\n${output}`);
-      if (Date.now() > deadline) throw new Error(`The Quick start did not answer within ${BOOT_DEADLINE_MS} ms:\n${output}`);
-      const answered = await send(baseUrl, 'GET', '/charges').then(
-        () => true,
-        () => false,
-      );
-      if (answered) break;
-      await sleep(100);
-    }
   });
 
   afterAll(async () => {
-    if (app && app.exitCode === null && app.signalCode === null) {
-      const exited = new Promise((resolve) => app!.once('exit', resolve));
-      app.kill('SIGTERM');
-      await exited;
-    }
+    await app?.stop();
     if (project) await rm(project, { recursive: true, force: true });
     if (admin) {
       await admin.query(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
@@ -94,7 +61,7 @@ describe("the README's Quick start, run as pasted", () => {
   });
 
   const postCharge = (key: string | undefined, body: unknown): Promise<RawResponse> =>
-    send(baseUrl, 'POST', '/charges', { headers: key === undefined ? [] : [['Idempotency-Key', key]], body });
+    send(app!.baseUrl, 'POST', '/charges', { headers: key === undefined ? [] : [['Idempotency-Key', key]], body });
 
   async function chargesOf(account: string): Promise<number> {
     const url = new URL(databaseUrl());
@@ -112,7 +79,7 @@ describe("the README's Quick start, run as pasted", () => {
     const body = { account: 'acct_1', amount: 2500 };
     const first = await postCharge('order-1001', body);
     // With the app's log beside the status, so a failure shows why it answered what it did.
-    expect({ status: first.status, output }).toEqual({ status: 201, output: expect.any(String) });
+    expect({ status: first.status, output: app!.output }).toEqual({ status: 201, output: expect.any(String) });
     expect(first.json()).toEqual({ id: expect.any(String), account: 'acct_1', amount: 2500 });
     expect(first.headers['idempotent-replayed']).toBeUndefined();
 
