@@ -693,6 +693,7 @@ async function countRoundTrips(app: AppProcess, adapter: string): Promise<Record
  * Scenario 4: `stormConnections` connections all sending the same key and
  * body, key after key. The n-th request overall uses key floor(n / connections),
  * so each key gets exactly that many duplicates, nearly all at once.
+ * A route that writes nothing (the hand-written floors) counts no effects, so its `ok` is false: read its latency only.
  */
 export async function storm(
   app: AppProcess,
@@ -701,9 +702,11 @@ export async function storm(
   adapter: string,
   delayMs: number,
   log: (line: string) => void,
+  /** The route stormed: the module's by default; `bench:storm` also storms others (see storm.ts). */
+  variant: VariantName = 'module',
 ): Promise<StormResult> {
   const duplicates = config.stormConnections;
-  const stormLoad = (customer: string, keys: number, path = VARIANTS.module.path) => {
+  const stormLoad = (customer: string, keys: number, path = VARIANTS[variant].path) => {
     let n = 0;
     return runLoad({
       url: app.url,

@@ -6,16 +6,24 @@
  * comparing a change to the storm's path without the whole bench; the full
  * run (`npm run bench`) reports the same figures once per run.
  *
+ * `BENCH_STORM_VARIANTS` (default `module`) storms other routes of the bench
+ * too, each against the same no-database route: `replayFromMemory` (the
+ * module answering from memory), `floorReplayFromMemory` (a replay from
+ * memory written by hand: the storm's floor inside Nest). A route that writes
+ * nothing counts no effects, so its `ok` reads false.
+ *
  * Env: as `npm run bench` (BENCH_ADAPTERS, BENCH_ROUNDS, BENCH_STORM_CONNECTIONS, DATABASE_URL, ...).
  */
 import { loadConfig } from './config.js';
 import { connect, openDatabase, resetSchema, truncateAll } from './database.js';
-import { storm } from './http-scenarios.js';
+import { storm, VARIANTS, type VariantName } from './http-scenarios.js';
 import { AppProcess } from './app-process.js';
 import { median } from './stats.js';
 
 async function main(): Promise<void> {
   const config = loadConfig();
+  const variants = (process.env.BENCH_STORM_VARIANTS ?? 'module').split(',') as VariantName[];
+  for (const variant of variants) if (!VARIANTS[variant]) throw new Error(`BENCH_STORM_VARIANTS: no route "${variant}".`);
   const log = (line: string) => console.log(line);
   const database = await openDatabase(log);
   try {
@@ -33,14 +41,14 @@ async function main(): Promise<void> {
             poolSize: config.poolSize,
           });
           try {
-            for (const delayMs of config.stormDelaysMs) {
-              const result = await storm(app, config, db, adapter, delayMs, log);
-              const ratio = result.latency.p99 / result.noDatabase.latency.p99;
-              log(
-                `  round ${round} ${adapter} delay ${delayMs} ms: p99 ${ratio.toFixed(2)}x the no-database route's; ok ${result.ok}`,
-              );
-              const name = `${adapter} delay ${delayMs} ms`;
-              ratios.set(name, [...(ratios.get(name) ?? []), ratio]);
+            for (const variant of variants) {
+              for (const delayMs of config.stormDelaysMs) {
+                const result = await storm(app, config, db, adapter, delayMs, log, variant);
+                const ratio = result.latency.p99 / result.noDatabase.latency.p99;
+                const name = `${variant} ${adapter} delay ${delayMs} ms`;
+                log(`  round ${round} ${name}: p99 ${ratio.toFixed(2)}x the no-database route's; ok ${result.ok}`);
+                ratios.set(name, [...(ratios.get(name) ?? []), ratio]);
+              }
             }
           } finally {
             await app.close();
