@@ -1,5 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
-import type { DataSource, EntityManager } from 'typeorm';
+import type { EntityManager } from 'typeorm';
+import type { SourceDataSource } from '../store/connection.js';
 import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { idempotencyContext } from '../transaction/idempotency-context.js';
@@ -27,7 +28,7 @@ export class Outbox {
 
   constructor(
     private readonly tx: TransactionHost,
-    @Inject(IDEMPOTENCY_DATA_SOURCE) dataSource: DataSource,
+    @Inject(IDEMPOTENCY_DATA_SOURCE) dataSource: SourceDataSource,
     @Inject(IDEMPOTENCY_OPTIONS) options: ResolvedIdempotencyOptions,
   ) {
     this.store = new OutboxStore(dataSource, options.outbox.tableName, { citus: options.citus });
