@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type pg from 'pg';
 import { AppProcess } from './support/app-process.js';
 import { freshSchema, sqlClient } from './support/database.js';
-import { post, send } from './support/http.js';
+import { post, send, sleep } from './support/http.js';
 import { ADAPTERS, type AdapterName } from './support/test-app.js';
 
 const ORMS = ['prisma', 'drizzle'] as const;
@@ -18,6 +18,7 @@ describe.each(CASES)('an app on %s without TypeORM, over %s', (orm: (typeof ORMS
   let apps: AppProcess[] = [];
   let app: AppProcess;
   let db: pg.Client;
+  let env: Record<string, string>;
   let n = 0;
   const fresh = (kind: string) => `${kind}-${orm}-${adapter}-${Date.now()}-${++n}`;
   const effects = async (label: string) =>
@@ -36,8 +37,9 @@ describe.each(CASES)('an app on %s without TypeORM, over %s', (orm: (typeof ORMS
     // The app's own table; the module's key table is left for the module to create.
     await db.query(`CREATE TABLE effects (
       id bigserial PRIMARY KEY, tenant text NOT NULL, label text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`);
-    const env = {
+    env = {
       APP_SCHEMA: schema,
+      CRASH: '0',
       ORM: orm,
       HTTP_ADAPTER: adapter,
       NODE_OPTIONS: '--import ./test/support/without-typeorm.mjs',
@@ -105,5 +107,29 @@ describe.each(CASES)('an app on %s without TypeORM, over %s', (orm: (typeof ORMS
     expect((await post(app.url, '/transfers', { label }, `k-${label}`)).status).toBe(201);
     expect(await effects(label)).toBe(1);
     expect(await keyRows(`k-${label}`)).toEqual([{ status: 'completed' }]);
+  });
+
+  it('loses the handler’s write with the completion when killed (SIGKILL) before the COMMIT; the retry after the lease writes once', async () => {
+    const label = fresh('crash');
+    const key = `k-${label}`;
+    const doomed = await AppProcess.start('test/support/no-typeorm-app.ts', { ...env, CRASH: '1' });
+    apps.push(doomed);
+    const answer = await post(doomed.url, '/crashing-transfers', { label }, key).catch((error: Error) => error);
+
+    expect(await doomed.exit()).toBe('SIGKILL');
+    // The answer never came: the connection died with the process.
+    expect(answer).toHaveProperty('code', 'ECONNRESET');
+    expect(await effects(label)).toBe(0);
+    expect(await keyRows(key)).toEqual([{ status: 'in_flight' }]);
+
+    // The crashed attempt's lease (1 s) must run out first.
+    let retried = await post(app.url, '/crashing-transfers', { label }, key);
+    for (let i = 0; i < 100 && retried.status === 409; i++) {
+      await sleep(250);
+      retried = await post(app.url, '/crashing-transfers', { label }, key);
+    }
+    expect(retried.status).toBe(201);
+    expect(await effects(label)).toBe(1);
+    expect(await keyRows(key)).toEqual([{ status: 'completed' }]);
   });
 });

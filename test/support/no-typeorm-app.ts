@@ -9,7 +9,8 @@
  * or has loaded.
  *
  * Env: DATABASE_URL, APP_SCHEMA, ORM (`prisma` | `drizzle`), HTTP_ADAPTER
- * (`express` | `fastify`). Prints `listening <port>` once up, or `failed <error>`.
+ * (`express` | `fastify`), CRASH (`0`: the crashing route no longer kills the
+ * process just before the module's COMMIT). Prints `listening <port>` once up, or `failed <error>`.
  */
 import 'reflect-metadata';
 import { randomUUID } from 'node:crypto';
@@ -31,6 +32,18 @@ const orm = process.env.ORM === 'drizzle' ? 'drizzle' : 'prisma';
 const print = (line: string) => process.stdout.write(`${line}\n`);
 
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, options: `-c search_path=${schema}`, max: 5 });
+
+/**
+ * Set by the crashing route once its write is done: the next COMMIT a pg client is asked to send (the module's, after
+ * the completion) kills the process just before it leaves (SIGKILL: nothing settles, nothing is sent). On the
+ * prototype, since the module's deferred BEGIN puts the prototype's `query` back on the clients it hooks.
+ */
+let crashAtCommit = false;
+const clientQuery = pg.Client.prototype.query as (...args: unknown[]) => unknown;
+pg.Client.prototype.query = function (this: pg.Client, config: unknown, ...rest: unknown[]) {
+  if (crashAtCommit && config === 'COMMIT') process.kill(process.pid, 'SIGKILL');
+  return clientQuery.call(this, config, ...rest);
+} as typeof pg.Client.prototype.query;
 
 interface TransferBody {
   label: string;
@@ -84,6 +97,15 @@ class TransfersController {
     if (body.waitMs) await new Promise((resolve) => setTimeout(resolve, body.waitMs));
     if (body.fail) throw new Error('the handler failed after its write');
     // Different on every run of the handler: a replay that answers the same bytes did not run it again.
+    return { label: body.label, run: randomUUID() };
+  }
+
+  /** As `transfers`, on a short lease with no heartbeat, and the process killed just before the module's COMMIT. */
+  @Post('crashing-transfers')
+  @Idempotent({ lease: '1s', heartbeat: false })
+  async crashing(@Body() body: TransferBody) {
+    await this.writer.write(body.label);
+    crashAtCommit = process.env.CRASH !== '0';
     return { label: body.label, run: randomUUID() };
   }
 
