@@ -55,14 +55,12 @@ export async function runModuleMigrations(
   source: SourceDataSource,
   migrations: ReadonlyArray<new () => MigrationInterface>,
 ): Promise<string[]> {
-  const runner = source.createQueryRunner();
-  try {
-    await runner.startTransaction();
-    await runner.query(LOCK_SQL);
-    await runner.query(
+  return source.transaction(async (manager) => {
+    await manager.query(LOCK_SQL);
+    await manager.query(
       `CREATE TABLE IF NOT EXISTS ${MODULE_MIGRATIONS_TABLE} (name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`,
     );
-    const rows = (await runner.query(`SELECT name FROM ${MODULE_MIGRATIONS_TABLE}`)) as Array<{ name: string }>;
+    const rows = (await manager.query(`SELECT name FROM ${MODULE_MIGRATIONS_TABLE}`)) as Array<{ name: string }>;
     const done = new Set(rows.map((row) => row.name));
     const applied: string[] = [];
     for (const Migration of migrations) {
@@ -70,19 +68,13 @@ export async function runModuleMigrations(
       const name = migration.name ?? Migration.name;
       if (done.has(name)) continue;
       // The module's migrations send plain statements through `query`, which every query runner of the seam has.
-      await migration.up(runner as unknown as QueryRunner);
-      await runner.query(`INSERT INTO ${MODULE_MIGRATIONS_TABLE} (name) VALUES ($1)`, [name]);
+      await migration.up(manager.queryRunner as unknown as QueryRunner);
+      await manager.query(`INSERT INTO ${MODULE_MIGRATIONS_TABLE} (name) VALUES ($1)`, [name]);
       done.add(name);
       applied.push(name);
     }
-    await runner.commitTransaction();
     return applied;
-  } catch (error) {
-    if (runner.isTransactionActive) await runner.rollbackTransaction().catch(() => undefined);
-    throw error;
-  } finally {
-    await runner.release();
-  }
+  });
 }
 
 /**
