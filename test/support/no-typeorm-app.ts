@@ -15,10 +15,7 @@
 import 'reflect-metadata';
 import { randomUUID } from 'node:crypto';
 import { createRequire } from 'node:module';
-import { Body, Controller, Get, Inject, Injectable, Module, Post, type INestApplication, type Type } from '@nestjs/common';
-import { NestFactory } from '@nestjs/core';
-import { ExpressAdapter } from '@nestjs/platform-express';
-import { FastifyAdapter } from '@nestjs/platform-fastify';
+import { Body, Controller, Get, Inject, Injectable, Module, Post, type Type } from '@nestjs/common';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { bigserial, pgTable, text } from 'drizzle-orm/pg-core';
@@ -26,10 +23,10 @@ import pg from 'pg';
 import { Idempotent, IdempotencyModule } from '../../src/index.js';
 import { DrizzleTransactionHost, IdempotencyDrizzleModule } from '../../src/integrations/drizzle/index.js';
 import { idempotentPool } from '../../src/integrations/pg-pool/index.js';
+import { serveApp } from './serve-app.js';
 
 const schema = process.env.APP_SCHEMA!;
 const orm = process.env.ORM === 'drizzle' ? 'drizzle' : 'prisma';
-const print = (line: string) => process.stdout.write(`${line}\n`);
 
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, options: `-c search_path=${schema}`, max: 5 });
 
@@ -140,17 +137,4 @@ const writer = orm === 'drizzle' ? { provide: EFFECTS, useClass: DrizzleWriter }
 })
 class NoTypeOrmAppModule {}
 
-let app: INestApplication;
-try {
-  app = await NestFactory.create(
-    NoTypeOrmAppModule,
-    process.env.HTTP_ADAPTER === 'fastify' ? new FastifyAdapter() : new ExpressAdapter(),
-    { logger: ['error'], abortOnError: false },
-  );
-  await app.listen(0, '127.0.0.1');
-} catch (error) {
-  print(`failed ${(error as Error).name}: ${(error as Error).message}`);
-  process.exit(1);
-}
-const address = app.getHttpServer().address() as { port: number };
-print(`listening ${address.port}`);
+await serveApp(NoTypeOrmAppModule);
