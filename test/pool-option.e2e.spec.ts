@@ -120,6 +120,22 @@ describe.each(ADAPTERS)('the pool option, over %s', (adapter: AdapterName) => {
     expect(again).toEqual(result);
     expect((await db.query('SELECT key FROM executed')).rows).toEqual([{ key }]);
   });
+
+  it('sweeps expired keys on the pool, and only those', async () => {
+    const key = `k-swept-${adapter}`;
+    expect((await post(urlOf(app), '/effects', { label: 'swept' }, key)).status).toBe(201);
+    await db.query(
+      `UPDATE idempotency_keys SET expires_at = now() - interval '1 hour', expiry_floor = now() - interval '1 hour'
+                     WHERE key = $1`,
+      [key],
+    );
+
+    const swept = await app.get(IdempotencyService).sweep();
+
+    expect(swept).toMatchObject({ ran: true, deleted: 1 });
+    expect((await db.query('SELECT key FROM idempotency_keys WHERE key = $1', [key])).rows).toEqual([]);
+    expect((await db.query('SELECT count(*)::int AS n FROM idempotency_keys')).rows[0].n).toBeGreaterThan(0);
+  });
 });
 
 describe('the pool option, refused', () => {
