@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { Body, Controller, Module, Post, type INestApplication } from '@nestjs/common';
+import { Body, Controller, Module, Post, type INestApplication, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { ExpressAdapter } from '@nestjs/platform-express';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
@@ -14,6 +14,7 @@ import {
   TransactionHost,
 } from '../src/index.js';
 import { idempotentPool } from '../src/integrations/pg-pool/index.js';
+import { Outbox, OutboxRelay } from '../src/outbox/index.js';
 import { databaseUrl, dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
 import { post } from './support/http.js';
 import { ADAPTERS, type AdapterName } from './support/test-app.js';
@@ -38,8 +39,25 @@ class EffectsController {
   }
 }
 
-async function start(imports: unknown[], adapter: AdapterName): Promise<INestApplication> {
-  @Module({ imports: imports as never[], controllers: [EffectsController] })
+@Controller()
+class OrdersController {
+  constructor(private readonly outbox: Outbox) {}
+
+  @Post('orders')
+  @Idempotent({ onError: 'release' })
+  async create(@Body() body: { id: string; fail?: boolean }) {
+    await this.outbox.enqueue('order.created', { id: body.id });
+    if (body.fail) throw new Error('the handler failed after its enqueue');
+    return { id: body.id };
+  }
+}
+
+async function start(
+  imports: unknown[],
+  adapter: AdapterName,
+  controllers: Type[] = [EffectsController],
+): Promise<INestApplication> {
+  @Module({ imports: imports as never[], controllers })
   class AppModule {}
   const app = await NestFactory.create(AppModule, adapter === 'fastify' ? new FastifyAdapter() : new ExpressAdapter(), {
     logger: false,
@@ -135,6 +153,34 @@ describe.each(ADAPTERS)('the pool option, over %s', (adapter: AdapterName) => {
     expect(swept).toMatchObject({ ran: true, deleted: 1 });
     expect((await db.query('SELECT key FROM idempotency_keys WHERE key = $1', [key])).rows).toEqual([]);
     expect((await db.query('SELECT count(*)::int AS n FROM idempotency_keys')).rows[0].n).toBeGreaterThan(0);
+  });
+});
+
+describe.each(ADAPTERS)('the outbox on the pool option, over %s', (adapter: AdapterName) => {
+  let pool: pg.Pool;
+  let app: INestApplication;
+  const delivered: string[] = [];
+
+  beforeAll(async () => {
+    pool = poolOn(await freshSchema(`pool_option_outbox_${adapter}`));
+    app = await start([IdempotencyModule.forRoot({ pool, migrate: true, outbox: {}, tenant, sweep: false })], adapter, [
+      OrdersController,
+    ]);
+    app.get(OutboxRelay).handle<{ id: string }>('order.created', async (message) => void delivered.push(message.payload.id));
+  });
+  afterAll(async () => {
+    await app?.close();
+    await pool?.end();
+  });
+
+  it('enqueues in the key’s transaction, rolls the message back with a failing handler, and relays what committed', async () => {
+    expect((await post(urlOf(app), '/orders', { id: 'kept' }, `k-kept-${adapter}`)).status).toBe(201);
+    expect((await post(urlOf(app), '/orders', { id: 'undone', fail: true }, `k-undone-${adapter}`)).status).toBe(500);
+
+    const report = await app.get(OutboxRelay).relayOnce();
+
+    expect(report).toMatchObject({ claimed: 1, delivered: 1 });
+    expect(delivered).toEqual(['kept']);
   });
 });
 
