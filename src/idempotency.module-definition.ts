@@ -1,6 +1,7 @@
-import { ConfigurableModuleBuilder, type Type } from '@nestjs/common';
+import { ConfigurableModuleBuilder, type InjectionToken, type Type } from '@nestjs/common';
 import type { IdempotencyModuleOptions } from './idempotency.options.js';
 import type { IdempotencyStore } from './core/idempotency-store.js';
+import type { PgPool } from './store/pool-data-source.js';
 import type { AppTransactionManager } from './transaction/app-transaction-manager.js';
 
 /**
@@ -12,6 +13,19 @@ export interface IdempotencyModuleExtras {
   isGlobal?: boolean;
   /** Name of the TypeORM data source (as given to `TypeOrmModule.forRoot({ name })`). Default: the default one. */
   dataSource?: string;
+  /**
+   * Run on a plain `pg.Pool` instead of a TypeORM data source, for an app
+   * without TypeORM (Prisma on `@prisma/adapter-pg`, Drizzle on
+   * node-postgres): the pool itself (`forRoot({ pool })`), or the token of
+   * the provider that gives it (`forRootAsync({ pool: PG_POOL, ... })`). The
+   * module's transactions take their connections from it, and it stays the
+   * app's to end. Exclusive with `dataSource`. Default: none (TypeORM).
+   *
+   * It is given here rather than returned by `forRootAsync`'s factory because
+   * it decides the module's providers, before any factory runs (as
+   * `dataSource` does).
+   */
+  pool?: PgPool | InjectionToken;
   /** Your own store class, resolved through DI, instead of `PostgresIdempotencyStore`. */
   store?: Type<IdempotencyStore>;
   /**
@@ -33,7 +47,7 @@ export const {
   .setClassMethodName('forRoot')
   .setFactoryMethodName('createIdempotencyOptions')
   .setExtras<IdempotencyModuleExtras>(
-    { isGlobal: true, dataSource: undefined, store: undefined, transactionManager: undefined },
+    { isGlobal: true, dataSource: undefined, pool: undefined, store: undefined, transactionManager: undefined },
     (definition, extras) => ({
       ...definition,
       global: extras.isGlobal,

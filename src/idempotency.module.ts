@@ -1,7 +1,5 @@
 import { Module, type DynamicModule, type Provider } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
-import { getDataSourceToken } from '@nestjs/typeorm';
-import type { DataSource } from 'typeorm';
 import { IdempotencyConfigurationError } from './errors/configuration.error.js';
 import { messages } from './errors/messages.js';
 import {
@@ -29,6 +27,8 @@ import { IdempotencyEvents } from './telemetry/events.js';
 import { createEngineObserver } from './telemetry/opentelemetry.js';
 import { IdempotencyStore } from './core/idempotency-store.js';
 import { keyTableOf } from './store/idempotency-key.entity.js';
+import type { SourceDataSource } from './store/connection.js';
+import { connectionSource } from './store/connection-source.js';
 import { PostgresIdempotencyStore } from './store/postgres/postgres-idempotency.store.js';
 import { IdempotencySchemaCheck } from './store/schema-check.js';
 import { installRedactingLogger, QUERY_LOG_REDACTION } from './store/redacting-logger.js';
@@ -81,6 +81,7 @@ export class IdempotencyModule extends ConfigurableModuleClass {
     if (extras.dataSource !== undefined && (typeof extras.dataSource !== 'string' || extras.dataSource === '')) {
       throw new IdempotencyConfigurationError(messages.config.dataSource);
     }
+    const source = connectionSource(extras);
     const appTransactions = extras.transactionManager as Partial<AppTransactionManager> | undefined;
     if (
       appTransactions !== undefined &&
@@ -94,12 +95,12 @@ export class IdempotencyModule extends ConfigurableModuleClass {
         useFactory: (raw: IdempotencyModuleOptions) => resolveIdempotencyOptions(raw),
         inject: [RAW_OPTIONS_TOKEN],
       },
-      { provide: IDEMPOTENCY_DATA_SOURCE, useExisting: getDataSourceToken(extras.dataSource) },
+      source.provider,
       { provide: QUERY_LOG_REDACTION, useFactory: installRedactingLogger, inject: [IDEMPOTENCY_DATA_SOURCE] },
       {
         provide: IDEMPOTENCY_CLAIM_DATA_SOURCE,
         // Only the module's own store uses it; a store you bring manages its connections.
-        useFactory: (dataSource: DataSource, options: ResolvedIdempotencyOptions) =>
+        useFactory: (dataSource: SourceDataSource, options: ResolvedIdempotencyOptions) =>
           extras.store ? undefined : openClaimPool(dataSource, options.reservedConnections),
         inject: [IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS],
       },
@@ -115,7 +116,11 @@ export class IdempotencyModule extends ConfigurableModuleClass {
         ? { provide: IdempotencyStore, useClass: extras.store }
         : {
             provide: IdempotencyStore,
-            useFactory: (dataSource: DataSource, options: ResolvedIdempotencyOptions, claims: DataSource | undefined) =>
+            useFactory: (
+              dataSource: SourceDataSource,
+              options: ResolvedIdempotencyOptions,
+              claims: SourceDataSource | undefined,
+            ) =>
               new PostgresIdempotencyStore(dataSource, keyTableOf(dataSource, options.tableName), {
                 preparedStatements: options.preparedStatements,
                 claimDataSource: claims,
@@ -144,7 +149,7 @@ export class IdempotencyModule extends ConfigurableModuleClass {
     return {
       ...definition,
       // DiscoveryModule: the start-up pass over every controller's routes (IdempotentRoutes).
-      imports: [...(definition.imports ?? []), DiscoveryModule],
+      imports: [...(definition.imports ?? []), DiscoveryModule, ...source.imports],
       providers: [...(definition.providers ?? []), ...providers],
       exports: [...(definition.exports ?? []), ...EXPORTS],
     };

@@ -234,6 +234,16 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
    */
   reservedConnections?: number;
   /**
+   * Create the module's tables (the key table as `tableName`, `partitioned`
+   * and `citus` say, and the outbox's and the ledger's when those options are
+   * given) at start-up, with the module's own locked migration runner (see
+   * `migrateIdempotencyTables`): instances starting together apply each
+   * migration once, recorded in `nest_idempotency_migrations`. Only with the
+   * `pool` option; on TypeORM add the module's migrations to the data
+   * source's own. Default false.
+   */
+  migrate?: boolean;
+  /**
    * The bounds of the answers kept for replays from memory, on the routes
    * whose `replayFromMemory` is on: an entry lives at most `window` after
    * its completion and never past its record's expiry (less a second and 1%
@@ -279,6 +289,7 @@ export interface ResolvedIdempotencyOptions extends ResolvedRouteOptions {
   unavailableRetryAfter: number;
   preparedStatements: boolean;
   reservedConnections: number;
+  migrate: boolean;
   telemetry: boolean;
   /** The bounds of the answers kept for replays from memory (used by the routes whose `replayFromMemory` is on). */
   completedAnswers: { maxEntries: number; maxBytes: number; windowMs: number };

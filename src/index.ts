@@ -42,6 +42,8 @@ export {
 } from './store/citus/distribute.js';
 export { migratingDataSourceFactory, runMigrationsWithLock, type RunMigrationsOptions } from './store/run-migrations.js';
 export { createIdempotencyKeyEntity, IdempotencyKeyEntity } from './store/idempotency-key.entity.js';
+export { migrateIdempotencyTables, MODULE_MIGRATIONS_TABLE, type IdempotencyTablesOptions } from './store/module-migrations.js';
+export type { SourceDataSource, SourceManager, SourceQueryRunner, StatementLogger } from './store/connection.js';
 export { IdempotencySweeper, type SweepReport } from './sweeper/idempotency.sweeper.js';
 export { TransactionHost } from './transaction/transaction-host.js';
 export type { AppTransactionManager, TransactionOutcome } from './transaction/app-transaction-manager.js';

@@ -76,6 +76,7 @@ export function resolveIdempotencyOptions(options: IdempotencyModuleOptions | un
     preparedStatements: booleanOption(options.preparedStatements ?? false, 'preparedStatements'),
     telemetry: booleanOption(options.telemetry ?? true, 'telemetry'),
     reservedConnections: nonNegativeInteger(options.reservedConnections ?? DEFAULT_RESERVED_CONNECTIONS, 'reservedConnections'),
+    migrate: booleanOption(options.migrate ?? false, 'migrate'),
     completedAnswers: resolveCompletedAnswers(options.completedAnswers),
     sweep: resolveSweep(options.sweep),
     outbox: resolveOutbox(options.outbox),

@@ -1,6 +1,6 @@
 import { Inject, Logger, Module, type DynamicModule, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
-import type { DataSource } from 'typeorm';
+import type { SourceDataSource } from '../store/connection.js';
 import { IdempotencyStore } from '../core/idempotency-store.js';
 import { IdempotencyConfigurationError } from '../errors/configuration.error.js';
 import { boardMessages } from './messages.js';
@@ -65,7 +65,11 @@ export class IdempotencyBoardModule implements OnModuleInit {
         },
         {
           provide: BoardQueries,
-          useFactory: (store: PostgresIdempotencyStore, dataSource: DataSource, moduleOptions: ResolvedIdempotencyOptions) =>
+          useFactory: (
+            store: PostgresIdempotencyStore,
+            dataSource: SourceDataSource,
+            moduleOptions: ResolvedIdempotencyOptions,
+          ) =>
             new BoardQueries(
               dataSource,
               store.tableName,

@@ -1,4 +1,4 @@
-import type { DataSource, EntityManager } from 'typeorm';
+import type { SourceDataSource } from '../store/connection.js';
 import { quoteTableName } from '../store/identifiers.js';
 import { installRedactingLogger, sqlMarker } from '../store/redacting-logger.js';
 import { redactQueryError } from '../store/redacted-query-error.js';
@@ -96,7 +96,7 @@ export class BoardQueries {
   private readonly outbox?: string;
 
   constructor(
-    private readonly dataSource: DataSource,
+    private readonly dataSource: SourceDataSource,
     keyTable: string,
     outboxTable: string | undefined,
   ) {
@@ -283,7 +283,7 @@ export class BoardQueries {
   /** A read with a time limit: an operator's page must not hold a connection for a minute on a huge table. */
   private async read<Row>(sql: string, params: unknown[]): Promise<Row[]> {
     try {
-      return await this.dataSource.transaction(async (manager: EntityManager) => {
+      return await this.dataSource.transaction(async (manager) => {
         await manager.query(`SET LOCAL statement_timeout = ${BOARD_STATEMENT_TIMEOUT_MS}`);
         return (await manager.query(sql, params)) as Row[];
       });

@@ -44,6 +44,19 @@ export const messages = {
       `IdempotencyModule: \`${name}\` must be a plain SQL identifier, optionally schema-qualified (e.g. "public.idempotency_keys"), got ${JSON.stringify(value)}.`,
     dataSource:
       'IdempotencyModule: `dataSource` must be the non-empty name of a TypeORM data source, or left out for the default one.',
+    poolAndDataSource:
+      'IdempotencyModule: give either `pool` (a pg.Pool, or the token it is provided under) or `dataSource` (the name of a ' +
+      'TypeORM data source), not both.',
+    notAPool:
+      'IdempotencyModule: `pool` must be a pg.Pool (new Pool({ connectionString })), or the token of a provider that gives ' +
+      'one. Give the module the pool itself, not idempotentPool(pool): that one is for the ORM.',
+    migrateNeedsPool:
+      "IdempotencyModule: `migrate: true` runs the module's own migration runner on the `pool` option. On TypeORM, add " +
+      "the module's migrations to the data source's `migrations` and run them with migratingDataSourceFactory().",
+    managerOnPool:
+      'TransactionHost.manager is a TypeORM EntityManager, and IdempotencyModule runs on a plain pg pool (the `pool` option). ' +
+      "Write through your ORM's integration instead: DrizzleTransactionHost (nest-idempotency-pg/drizzle), or " +
+      "idempotentPool(pool) for Prisma's @prisma/adapter-pg (nest-idempotency-pg/pg-pool).",
     nonNegative: (name: string, value: unknown) =>
       `IdempotencyModule: \`${name}\` must be a whole number, 0 or more, got ${String(value)}.`,
     positive: (name: string, value: unknown) =>

@@ -1,5 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
-import type { DataSource, EntityManager } from 'typeorm';
+import type { EntityManager } from 'typeorm';
+import type { SourceDataSource } from '../store/connection.js';
 import { ledgerMessages } from './messages.js';
 import { DEFAULT_LEDGER_TABLE_NAME, IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
@@ -48,7 +49,7 @@ export class EffectLedger {
   private readonly tableName: string;
 
   constructor(
-    @Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: DataSource,
+    @Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: SourceDataSource,
     @Inject(IDEMPOTENCY_OPTIONS) options: ResolvedIdempotencyOptions,
   ) {
     this.tableName = options.ledger?.tableName ?? DEFAULT_LEDGER_TABLE_NAME;

@@ -1,4 +1,5 @@
-import type { DataSource, EntityManager } from 'typeorm';
+import type { EntityManager } from 'typeorm';
+import type { SourceDataSource } from '../store/connection.js';
 import { installRedactingLogger, sqlMarker } from '../store/redacting-logger.js';
 import { redactQueryError } from '../store/redacted-query-error.js';
 import { quoteTableName } from '../store/identifiers.js';
@@ -53,7 +54,7 @@ export class OutboxStore {
   private readonly claimedTenants = new Map<string, string>();
 
   constructor(
-    private readonly dataSource: DataSource,
+    private readonly dataSource: SourceDataSource,
     tableName: string,
     options: { citus?: boolean } = {},
   ) {

@@ -1,9 +1,9 @@
 import { Inject, Injectable } from '@nestjs/common';
-import type { DataSource, EntityManager } from 'typeorm';
+import type { EntityManager } from 'typeorm';
+import { asWorkManager, type SourceDataSource } from '../store/connection.js';
 import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { idempotencyContext } from '../transaction/idempotency-context.js';
-import { TransactionHost } from '../transaction/transaction-host.js';
 import { OutboxStore } from './outbox.store.js';
 
 export interface EnqueueOptions {
@@ -11,7 +11,7 @@ export interface EnqueueOptions {
   tenant?: string | null;
   /** Deliver no sooner than this many milliseconds from now. */
   delayMs?: number;
-  /** The transaction to join; defaults to the current one (`TransactionHost.manager`). */
+  /** The transaction to join; defaults to the current idempotent execution's (what `TransactionHost.manager` gives on TypeORM). */
   manager?: EntityManager;
 }
 
@@ -26,8 +26,7 @@ export class Outbox {
   readonly store: OutboxStore;
 
   constructor(
-    private readonly tx: TransactionHost,
-    @Inject(IDEMPOTENCY_DATA_SOURCE) dataSource: DataSource,
+    @Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: SourceDataSource,
     @Inject(IDEMPOTENCY_OPTIONS) options: ResolvedIdempotencyOptions,
   ) {
     this.store = new OutboxStore(dataSource, options.outbox.tableName, { citus: options.citus });
@@ -42,6 +41,8 @@ export class Outbox {
    */
   enqueue(topic: string, payload: unknown, options: EnqueueOptions = {}): Promise<string> {
     const tenant = options.tenant === undefined ? (idempotencyContext.getStore()?.scope?.tenant ?? null) : options.tenant;
-    return this.store.enqueue(options.manager ?? this.tx.manager, { tenant, topic, payload, delayMs: options.delayMs });
+    // The execution's transaction read here rather than through TransactionHost, whose manager is TypeORM's only.
+    const manager = options.manager ?? idempotencyContext.getStore()?.manager ?? asWorkManager(this.dataSource.manager);
+    return this.store.enqueue(manager, { tenant, topic, payload, delayMs: options.delayMs });
   }
 }

@@ -1,4 +1,5 @@
-import { EntitySchema, type DataSource } from 'typeorm';
+import type { DataSource, EntitySchema, EntitySchemaOptions } from 'typeorm';
+import type { SourceDataSource } from './connection.js';
 import { DEFAULT_TABLE_NAME } from '../idempotency.constants.js';
 
 /** A row of the key table, for reading it with TypeORM (the module itself uses plain SQL). */
@@ -32,7 +33,7 @@ export interface IdempotencyKeyRecord {
 export function createIdempotencyKeyEntity(tableName: string = DEFAULT_TABLE_NAME): EntitySchema<IdempotencyKeyRecord> {
   const bare = tableName.split('.').pop() ?? tableName;
   const schema = tableName.includes('.') ? tableName.slice(0, tableName.lastIndexOf('.')) : undefined;
-  return new EntitySchema<IdempotencyKeyRecord>({
+  return entitySchema<IdempotencyKeyRecord>({
     name: `IdempotencyKey:${tableName}`,
     tableName: bare,
     schema,
@@ -65,15 +66,26 @@ export function createIdempotencyKeyEntity(tableName: string = DEFAULT_TABLE_NAM
 export const IdempotencyKeyEntity = createIdempotencyKeyEntity();
 
 /**
+ * An entity schema as TypeORM's `new EntitySchema(options)` makes it: its
+ * options and the marker TypeORM recognises entity schemas by
+ * (`InstanceChecker.isEntitySchema`). Built here so that the package's entry
+ * point loads without typeorm, for apps on a plain pg pool.
+ */
+function entitySchema<T>(options: EntitySchemaOptions<T>): EntitySchema<T> {
+  return { options, '@instanceof': Symbol.for('EntitySchema') } as unknown as EntitySchema<T>;
+}
+
+/**
  * The key table the store uses. An app that registered the key entity
  * (`entities: [IdempotencyKeyEntity]`, or `TypeOrmModule.forFeature`) gets
  * the table TypeORM manages for it, schema included (TypeORM gives entities
  * without a schema the data source's `schema`), so the module and the app's
- * tooling see one table. Otherwise the configured name, resolved through
- * `search_path` when unqualified.
+ * tooling see one table. Otherwise (and on a plain pg pool, which has no
+ * entities) the configured name, resolved through `search_path` when unqualified.
  */
-export function keyTableOf(dataSource: DataSource, tableName: string): string {
-  if (!dataSource.isInitialized) return tableName;
-  const metadata = dataSource.entityMetadatas.find((m) => m.name === `IdempotencyKey:${tableName}`);
+export function keyTableOf(dataSource: SourceDataSource, tableName: string): string {
+  const entities = (dataSource as Partial<Pick<DataSource, 'entityMetadatas'>>).entityMetadatas;
+  if (!dataSource.isInitialized || !entities) return tableName;
+  const metadata = entities.find((m) => m.name === `IdempotencyKey:${tableName}`);
   return metadata ? metadata.tablePath : tableName;
 }

@@ -1,4 +1,4 @@
-import type { DataSource, Logger as TypeOrmLogger, QueryRunner } from 'typeorm';
+import type { SourceDataSource, StatementLogger } from './connection.js';
 import { REDACTED, redactQueryError } from './redacted-query-error.js';
 
 /**
@@ -30,35 +30,35 @@ const WRAPPED = Symbol('nest-idempotency:redacting-logger');
  * never reach it (query, slow-query and query-error logging), while the
  * application's own queries are logged exactly as before.
  */
-export function redactingLogger(inner: TypeOrmLogger): TypeOrmLogger {
+export function redactingLogger(inner: StatementLogger): StatementLogger {
   if ((inner as { [WRAPPED]?: true })[WRAPPED]) return inner;
-  const wrapper: TypeOrmLogger & { [WRAPPED]: true } = {
+  const wrapper: StatementLogger & { [WRAPPED]: true } = {
     [WRAPPED]: true,
-    logQuery: (query: string, parameters?: unknown, queryRunner?: QueryRunner) =>
+    logQuery: (query: string, parameters?: unknown, queryRunner?: unknown) =>
       inner.logQuery(query, redactParameters(query, parameters) as any[] | undefined, queryRunner),
-    logQueryError: (error: string | Error, query: string, parameters?: unknown, queryRunner?: QueryRunner) => {
+    logQueryError: (error: string | Error, query: string, parameters?: unknown, queryRunner?: unknown) => {
       // Redacted in place: TypeORM builds its QueryFailedError from this same driver error right after.
       if (isModuleSql(query) && typeof error === 'object') redactQueryError(error, Array.isArray(parameters) ? parameters : []);
       return inner.logQueryError(error, query, redactParameters(query, parameters) as any[] | undefined, queryRunner);
     },
-    logQuerySlow: (time: number, query: string, parameters?: unknown, queryRunner?: QueryRunner) =>
+    logQuerySlow: (time: number, query: string, parameters?: unknown, queryRunner?: unknown) =>
       inner.logQuerySlow(time, query, redactParameters(query, parameters) as any[] | undefined, queryRunner),
-    logSchemaBuild: (message: string, queryRunner?: QueryRunner) => inner.logSchemaBuild(message, queryRunner),
-    logMigration: (message: string, queryRunner?: QueryRunner) => inner.logMigration(message, queryRunner),
-    log: (level: 'log' | 'info' | 'warn', message: unknown, queryRunner?: QueryRunner) => inner.log(level, message, queryRunner),
+    logSchemaBuild: (message: string, queryRunner?: unknown) => inner.logSchemaBuild(message, queryRunner),
+    logMigration: (message: string, queryRunner?: unknown) => inner.logMigration(message, queryRunner),
+    log: (level: 'log' | 'info' | 'warn', message: unknown, queryRunner?: unknown) => inner.log(level, message, queryRunner),
   };
   return wrapper;
 }
 
 /** Data sources whose logger is already guarded. */
-const guarded = new WeakSet<DataSource>();
+const guarded = new WeakSet<SourceDataSource>();
 
 /**
  * Puts the redacting wrapper around `dataSource.logger`, now and whenever it
  * is replaced later (`setOptions({ logger })` assigns a new one). Safe to call
  * any number of times.
  */
-export function installRedactingLogger(dataSource: DataSource): void {
+export function installRedactingLogger(dataSource: SourceDataSource): void {
   if (guarded.has(dataSource)) return;
   guarded.add(dataSource);
   let current = redactingLogger(dataSource.logger);
@@ -66,7 +66,7 @@ export function installRedactingLogger(dataSource: DataSource): void {
     configurable: true,
     enumerable: true,
     get: () => current,
-    set: (next: TypeOrmLogger) => {
+    set: (next: StatementLogger) => {
       current = redactingLogger(next);
     },
   });

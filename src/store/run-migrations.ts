@@ -1,4 +1,4 @@
-import { DataSource, MigrationExecutor, type DataSourceOptions, type Migration } from 'typeorm';
+import type { DataSource, DataSourceOptions, Migration } from 'typeorm';
 import { IdempotencyConfigurationError } from '../errors/configuration.error.js';
 import { messages } from '../errors/messages.js';
 
@@ -49,6 +49,8 @@ export async function runMigrationsWithLock(dataSource: DataSource, options: Run
     let applied: Migration[];
     if (mode === 'all') {
       // On the lock's connection, in its transaction: TypeORM then opens no transaction of its own.
+      // Loaded here, not at the top: the package's entry point loads without typeorm (the `pool` option).
+      const { MigrationExecutor } = await import('typeorm');
       const executor = new MigrationExecutor(dataSource, lockHolder);
       executor.transaction = 'all';
       applied = await executor.executePendingMigrations();
@@ -87,6 +89,7 @@ export function migratingDataSourceFactory(
 ): (dataSourceOptions?: DataSourceOptions) => Promise<DataSource> {
   return async (dataSourceOptions) => {
     if (!dataSourceOptions) throw new IdempotencyConfigurationError(messages.config.migrationsNeedOptions);
+    const { DataSource } = await import('typeorm');
     const dataSource = await new DataSource({ ...dataSourceOptions, migrationsRun: false }).initialize();
     try {
       await runMigrationsWithLock(dataSource, options);

@@ -1,5 +1,5 @@
 import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
-import type { DataSource } from 'typeorm';
+import type { SourceDataSource } from './connection.js';
 import { IdempotencyConfigurationError } from '../errors/configuration.error.js';
 import { messages } from '../errors/messages.js';
 import type { RequiredTable } from './required-table.js';
@@ -40,7 +40,7 @@ const INSPECT_SQL = `SELECT to_regclass($1) IS NOT NULL AS found,
  *
  * @returns one message per table that is missing or lacks columns, saying which migration creates it
  */
-export async function findSchemaProblems(dataSource: DataSource, tables: readonly RequiredTable[]): Promise<string[]> {
+export async function findSchemaProblems(dataSource: SourceDataSource, tables: readonly RequiredTable[]): Promise<string[]> {
   const problems: string[] = [];
   for (const table of tables) {
     const [row] = (await dataSource.query(INSPECT_SQL, [quoteTableName(table.name)])) as Array<{
@@ -117,7 +117,7 @@ export function outboxTable(tableName: string): RequiredTable {
 @Injectable()
 export class IdempotencySchemaCheck implements OnModuleInit {
   constructor(
-    @Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: DataSource,
+    @Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: SourceDataSource,
     @Inject(IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
     private readonly store: IdempotencyStore,
   ) {}
@@ -198,7 +198,7 @@ export class IdempotencySchemaCheck implements OnModuleInit {
  * table needs its partitions retired (and a plain table's claim function would
  * fail on it), the plain one its rows swept.
  */
-async function layoutProblems(dataSource: DataSource, table: RequiredTable, partitioned: boolean): Promise<string[]> {
+async function layoutProblems(dataSource: SourceDataSource, table: RequiredTable, partitioned: boolean): Promise<string[]> {
   const [row] = (await dataSource.query(`SELECT relkind = 'p' AS partitioned FROM pg_class WHERE oid = to_regclass($1)`, [
     quoteTableName(table.name),
   ])) as Array<{ partitioned: boolean }>;
@@ -211,7 +211,11 @@ async function layoutProblems(dataSource: DataSource, table: RequiredTable, part
  * changes, so that no completion could be a HOT update): both mean the table
  * was not upgraded. Other indexes, the app's own, are the app's business.
  */
-async function retentionIndexProblems(dataSource: DataSource, table: RequiredTable, partitioned: boolean): Promise<string[]> {
+async function retentionIndexProblems(
+  dataSource: SourceDataSource,
+  table: RequiredTable,
+  partitioned: boolean,
+): Promise<string[]> {
   const { current, earlier } = partitioned ? partitionedRetentionIndexes(table.name) : plainRetentionIndexes(table.name);
   const [row] = (await dataSource.query(
     `SELECT ARRAY(SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
@@ -225,7 +229,7 @@ async function retentionIndexProblems(dataSource: DataSource, table: RequiredTab
 }
 
 /** Whether the claim function is the partitioned table's (its marker comment), not one a plain table's migration put there. */
-async function hasPartitionedClaim(dataSource: DataSource, tableName: string): Promise<boolean> {
+async function hasPartitionedClaim(dataSource: SourceDataSource, tableName: string): Promise<boolean> {
   const [claim] = keyStoreFunctionNames(tableName);
   const [row] = (await dataSource.query('SELECT position($2 IN prosrc) > 0 AS marked FROM pg_proc WHERE oid = to_regproc($1)', [
     claim,
@@ -235,7 +239,7 @@ async function hasPartitionedClaim(dataSource: DataSource, tableName: string): P
 }
 
 /** The claim functions (the plain table's two, the partitioned table's one) that an older version created. */
-async function staleClaimFunctions(dataSource: DataSource, tableName: string, partitioned: boolean): Promise<string[]> {
+async function staleClaimFunctions(dataSource: SourceDataSource, tableName: string, partitioned: boolean): Promise<string[]> {
   const [claim, , , claimInTransaction] = keyStoreFunctionNames(tableName);
   const names = partitioned ? [claim] : [claim, claimInTransaction];
   const [row] = (await dataSource.query(
@@ -246,7 +250,7 @@ async function staleClaimFunctions(dataSource: DataSource, tableName: string, pa
 }
 
 /** Which of the key table's functions (`keyStoreFunctions`) do not exist, as the store names them. */
-async function missingFunctions(dataSource: DataSource, tableName: string): Promise<string[]> {
+async function missingFunctions(dataSource: SourceDataSource, tableName: string): Promise<string[]> {
   const names = keyStoreFunctionNames(tableName);
   const [row] = (await dataSource.query(
     'SELECT ARRAY(SELECT n FROM unnest($1::text[]) n WHERE to_regproc(n) IS NULL) AS missing',

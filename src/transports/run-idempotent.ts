@@ -1,6 +1,7 @@
 import { HttpException, Inject, Injectable, Logger, Optional, type CallHandler, type ExecutionContext } from '@nestjs/common';
 import type { Subscriber } from 'rxjs';
-import type { DataSource, EntityManager } from 'typeorm';
+import type { EntityManager } from 'typeorm';
+import { asWorkManager, type SourceDataSource } from '../store/connection.js';
 import { CompletedAnswers } from '../core/completed-answers.js';
 import { IdempotencyEngine } from '../core/idempotency-engine.js';
 import { IdempotencyStore, type StoredResponse } from '../core/idempotency-store.js';
@@ -145,7 +146,7 @@ export class IdempotencyRuntime {
   constructor(
     readonly store: IdempotencyStore<EntityManager>,
     @Inject(IDEMPOTENCY_OPTIONS) readonly options: ResolvedIdempotencyOptions,
-    @Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: DataSource,
+    @Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: SourceDataSource,
     @Optional() @Inject(IDEMPOTENCY_OBSERVER) observer?: EngineObserver,
     @Optional() @Inject(IDEMPOTENCY_TRANSACTION_MANAGER) private readonly appTransactions?: AppTransactionManager,
   ) {
@@ -154,7 +155,7 @@ export class IdempotencyRuntime {
 
   /** A fresh execution context: the plain manager until a transaction opens, the handler not started. */
   newContext(): IdempotencyExecutionContext {
-    return { manager: this.dataSource.manager, transactional: false, handlerStarted: false };
+    return { manager: asWorkManager(this.dataSource.manager), transactional: false, handlerStarted: false };
   }
 
   /** Runs `fn` with the data source's plain manager as the request context (a route without a key). */

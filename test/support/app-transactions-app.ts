@@ -18,10 +18,7 @@
  * CRASH is `0`.
  */
 import 'reflect-metadata';
-import { Body, Controller, Inject, Injectable, Module, Post, type DynamicModule, type INestApplication } from '@nestjs/common';
-import { NestFactory } from '@nestjs/core';
-import { ExpressAdapter } from '@nestjs/platform-express';
-import { FastifyAdapter } from '@nestjs/platform-fastify';
+import { Body, Controller, Inject, Injectable, Module, Post, type DynamicModule } from '@nestjs/common';
 import { getDataSourceToken, InjectDataSource, InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
 import {
   ClsPluginTransactional,
@@ -62,6 +59,7 @@ import {
   TxManager,
   type Phases,
 } from '../../src/index.js';
+import { serveApp } from './serve-app.js';
 
 const schema = process.env.APP_SCHEMA!;
 const manager = process.env.TX_MANAGER as 'cls' | 'typeorm-transactional' | 'typeorm-transactional-als';
@@ -308,17 +306,4 @@ if (!usesCls) {
   );
 }
 
-let app: INestApplication;
-try {
-  app = await NestFactory.create(
-    AppTransactionsModule,
-    process.env.HTTP_ADAPTER === 'fastify' ? new FastifyAdapter() : new ExpressAdapter(),
-    { logger: ['error'], abortOnError: false },
-  );
-  await app.listen(0, '127.0.0.1');
-} catch (error) {
-  print(`failed ${(error as Error).name}: ${(error as Error).message}`);
-  process.exit(1);
-}
-const address = app.getHttpServer().address() as { port: number };
-print(`listening ${address.port}`);
+await serveApp(AppTransactionsModule);

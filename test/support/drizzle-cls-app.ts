@@ -12,10 +12,7 @@
  * Prints `listening <port>` once up, or `failed <name>: <message>`.
  */
 import 'reflect-metadata';
-import { Body, Controller, Global, Injectable, Module, Post, type INestApplication } from '@nestjs/common';
-import { NestFactory } from '@nestjs/core';
-import { ExpressAdapter } from '@nestjs/platform-express';
-import { FastifyAdapter } from '@nestjs/platform-fastify';
+import { Body, Controller, Global, Injectable, Module, Post } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { ClsPluginTransactional, Propagation, Transactional, TransactionHost } from '@nestjs-cls/transactional';
 import { TransactionalAdapterDrizzleOrm } from '@nestjs-cls/transactional-adapter-drizzle-orm';
@@ -27,11 +24,11 @@ import pg from 'pg';
 import { EventSubscriber, type EntitySubscriberInterface, type QueryRunner, type TransactionCommitEvent } from 'typeorm';
 import { clsTransactionalDrizzle } from '../../src/integrations/drizzle/index.js';
 import { Idempotent, IdempotencyModule, TransactionHost as ModuleTransactionHost } from '../../src/index.js';
+import { serveApp } from './serve-app.js';
 
 const schema = process.env.APP_SCHEMA!;
 const misconfigure = process.env.MISCONFIGURE === '1';
 const crashes = process.env.CRASH !== '0';
-const print = (line: string) => process.stdout.write(`${line}\n`);
 
 /** The module transactions this app is to die in (SIGKILL, nothing settles), just before their COMMIT. */
 const crashBeforeCommit = new WeakSet<QueryRunner>();
@@ -197,17 +194,4 @@ class TransfersController {
 })
 class DrizzleClsAppModule {}
 
-let app: INestApplication;
-try {
-  app = await NestFactory.create(
-    DrizzleClsAppModule,
-    process.env.HTTP_ADAPTER === 'fastify' ? new FastifyAdapter() : new ExpressAdapter(),
-    { logger: ['error'], abortOnError: false },
-  );
-  await app.listen(0, '127.0.0.1');
-} catch (error) {
-  print(`failed ${(error as Error).name}: ${(error as Error).message}`);
-  process.exit(1);
-}
-const address = app.getHttpServer().address() as { port: number };
-print(`listening ${address.port}`);
+await serveApp(DrizzleClsAppModule);

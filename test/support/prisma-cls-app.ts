@@ -11,10 +11,7 @@
  * module's COMMIT). Prints `listening <port>` once up, or `failed <error>`.
  */
 import 'reflect-metadata';
-import { Body, Controller, Injectable, Module, Post, type INestApplication } from '@nestjs/common';
-import { NestFactory } from '@nestjs/core';
-import { ExpressAdapter } from '@nestjs/platform-express';
-import { FastifyAdapter } from '@nestjs/platform-fastify';
+import { Body, Controller, Injectable, Module, Post } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { ClsPluginTransactional, Propagation, Transactional, TransactionHost } from '@nestjs-cls/transactional';
 import { TransactionalAdapterPrisma } from '@nestjs-cls/transactional-adapter-prisma';
@@ -25,10 +22,10 @@ import { EventSubscriber, type EntitySubscriberInterface, type QueryRunner, type
 import { Idempotent, IdempotencyModule, TransactionHost as ModuleTransactionHost } from '../../src/index.js';
 import { idempotentPool } from '../../src/integrations/pg-pool/index.js';
 import { dataSourceOptions } from './database.js';
+import { serveApp } from './serve-app.js';
 
 const schema = process.env.APP_SCHEMA!;
 const crashes = process.env.CRASH !== '0';
-const print = (line: string) => process.stdout.write(`${line}\n`);
 
 /** The module transactions this app is to die in (SIGKILL: nothing settles, nothing is sent), just before their COMMIT. */
 const crashBeforeCommit = new WeakSet<QueryRunner>();
@@ -152,20 +149,4 @@ class TransfersController {
 })
 class PrismaClsModule {}
 
-let app: INestApplication;
-try {
-  app = await NestFactory.create(
-    PrismaClsModule,
-    process.env.HTTP_ADAPTER === 'fastify' ? new FastifyAdapter() : new ExpressAdapter(),
-    {
-      logger: ['error'],
-      abortOnError: false,
-    },
-  );
-  await app.listen(0, '127.0.0.1');
-} catch (error) {
-  print(`failed ${(error as Error).name}: ${(error as Error).message}`);
-  process.exit(1);
-}
-const address = app.getHttpServer().address() as { port: number };
-print(`listening ${address.port}`);
+await serveApp(PrismaClsModule);

@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import type pg from 'pg';
-import type { DataSource, QueryRunner } from 'typeorm';
+import type { SourceDataSource, SourceQueryRunner } from '../../store/connection.js';
 import { idempotentPoolMessages as messages } from './messages.js';
 import { transactionStatementOf, type IsolationLevel, type TransactionStatement } from './transaction-statements.js';
 
@@ -29,14 +29,14 @@ export class ExecutionConnection {
   private named = 0;
 
   private constructor(
-    private readonly runner: QueryRunner,
+    private readonly runner: SourceQueryRunner,
     readonly client: PgConnection,
   ) {}
 
-  private static readonly byRunner = new WeakMap<QueryRunner, Promise<ExecutionConnection>>();
+  private static readonly byRunner = new WeakMap<SourceQueryRunner, Promise<ExecutionConnection>>();
 
   /** The execution's connection for `runner` (the QueryRunner of its transaction): one per transaction. */
-  static of(runner: QueryRunner): Promise<ExecutionConnection> {
+  static of(runner: SourceQueryRunner): Promise<ExecutionConnection> {
     let connection = ExecutionConnection.byRunner.get(runner);
     if (!connection) {
       // A released runner's connect() would take a new connection from the module's pool, and nothing would give it back.
@@ -48,7 +48,7 @@ export class ExecutionConnection {
   }
 
   /** The data source whose transaction this is. */
-  get dataSource(): DataSource {
+  get dataSource(): SourceDataSource {
     return this.runner.connection;
   }
 

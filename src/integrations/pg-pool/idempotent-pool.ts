@@ -1,5 +1,5 @@
 import pg from 'pg';
-import type { DataSource } from 'typeorm';
+import type { SourceDataSource } from '../../store/connection.js';
 import { idempotencyContext } from '../../transaction/idempotency-context.js';
 import { ExecutionConnection, type PgConnection } from './execution-connection.js';
 import { idempotentPoolMessages as messages } from './messages.js';
@@ -37,7 +37,7 @@ interface DatabaseIdentity {
  */
 export class IdempotentPool extends pg.Pool {
   /** Per module data source: the error to throw when the app's pool reaches another database, else undefined. */
-  private readonly checked = new WeakMap<DataSource, Promise<Error | undefined>>();
+  private readonly checked = new WeakMap<SourceDataSource, Promise<Error | undefined>>();
   private appIdentity?: Promise<DatabaseIdentity>;
 
   constructor(readonly appPool: pg.Pool) {

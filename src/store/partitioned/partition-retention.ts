@@ -1,4 +1,4 @@
-import type { DataSource } from 'typeorm';
+import type { SourceDataSource } from '../connection.js';
 import type { SweepOptions, SweepResult } from '../../core/idempotency-store.js';
 import { deleteInPacedBatches } from '../paced-batches.js';
 import { partitionedRetentionStatements } from './partitioned-key-table.sql.js';
@@ -42,7 +42,7 @@ export class PartitionRetention {
 
   /** @param table the key table, quoted */
   constructor(
-    private readonly dataSource: DataSource,
+    private readonly dataSource: SourceDataSource,
     table: string,
   ) {
     this.sql = partitionedRetentionStatements(table);

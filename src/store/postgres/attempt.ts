@@ -1,4 +1,5 @@
-import type { EntityManager, QueryRunner } from 'typeorm';
+import type { EntityManager } from 'typeorm';
+import { asWorkManager, type SourceQueryRunner } from '../connection.js';
 import type { ClaimRequest, OpenAttempt } from '../../core/idempotency-store.js';
 import type { ClaimRouting } from './claim-routing.js';
 import type { ClaimKeeper } from './request-transaction.js';
@@ -46,7 +47,7 @@ export const MAY_HOLD_KEY = Object.assign(new Error("The connection may still ho
  */
 export function openAttempt(
   parts: AttemptParts,
-  runner: QueryRunner,
+  runner: SourceQueryRunner,
   request: ClaimRequest,
   how: AttemptShape = {},
 ): OpenAttempt<EntityManager> {
@@ -68,7 +69,7 @@ export function openAttempt(
     await endAndRelease(runner, failure);
   };
   return {
-    tx: runner.manager,
+    tx: asWorkManager(runner.manager),
     holdsKeyLock,
     commit: async (response, ttlMs) => {
       if (aborted) return false;
@@ -183,7 +184,7 @@ async function endLease(parts: AttemptParts, request: ClaimRequest): Promise<voi
  * pool is told to drop it rather than hand it to the next caller; the same
  * after `MAY_HOLD_KEY` (its server process ends, and every lock with it).
  */
-export async function endAndRelease(runner: QueryRunner, failure?: unknown): Promise<void> {
+export async function endAndRelease(runner: SourceQueryRunner, failure?: unknown): Promise<void> {
   if (failure !== undefined && (failure === MAY_HOLD_KEY || isUnavailableError(failure))) {
     if (runner.isReleased) return;
     // TypeORM's own path for a connection that errored: passes the error on to the pool, which destroys the client.

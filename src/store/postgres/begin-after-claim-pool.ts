@@ -1,5 +1,6 @@
+import type { EntityManager } from 'typeorm';
 import { performance } from 'node:perf_hooks';
-import type { EntityManager, QueryRunner } from 'typeorm';
+import type { SourceQueryRunner } from '../connection.js';
 import type { BeginResult, ClaimRequest } from '../../core/idempotency-store.js';
 import { endAndRelease, openAttempt } from './attempt.js';
 import type { ClaimAndBegin } from './claim-and-begin.js';
@@ -50,7 +51,7 @@ export async function beginAfterClaimPool(begin: SeparateBegin, request: ClaimRe
 /** The claim is this attempt's, but its transaction could not hold the key's lock: give it back, run nothing. */
 export async function notRun(
   begin: SeparateBegin,
-  runner: QueryRunner,
+  runner: SourceQueryRunner,
   request: ClaimRequest,
 ): Promise<BeginResult<EntityManager>> {
   await endAndRelease(runner);

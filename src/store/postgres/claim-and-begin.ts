@@ -1,4 +1,5 @@
-import type { EntityManager, QueryRunner } from 'typeorm';
+import type { EntityManager } from 'typeorm';
+import type { SourceQueryRunner } from '../connection.js';
 import type { BeginResult, ClaimMode, ClaimRequest } from '../../core/idempotency-store.js';
 import { endAndRelease, openAttempt, type AttemptParts } from './attempt.js';
 import type { PipelinedResult } from './pipelined.js';
@@ -119,7 +120,7 @@ export class ClaimAndBegin {
    * statement. On a client the BEGIN cannot be written ahead of a statement
    * on (not node-postgres's JavaScript client), it is sent and awaited.
    */
-  async deferBegin(runner: QueryRunner, held?: PgClient): Promise<DeferredBegin | undefined> {
+  async deferBegin(runner: SourceQueryRunner, held?: PgClient): Promise<DeferredBegin | undefined> {
     const client = held ?? ((await runner.connect()) as PgClient);
     if (!DeferredBegin.canDefer(client)) {
       await runner.startTransaction();

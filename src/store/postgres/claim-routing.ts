@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks';
-import type { DataSource } from 'typeorm';
+import type { SourceDataSource } from '../connection.js';
 import type { ClaimResult } from '../../core/idempotency-store.js';
 
 /** Past this share of claims answered without claiming, the claim pool is asked first (see `answeredShare`). */
@@ -47,8 +47,8 @@ export class ClaimRouting {
   private holdMs = Number.POSITIVE_INFINITY;
 
   constructor(
-    private readonly main: DataSource,
-    private readonly claimPool: DataSource,
+    private readonly main: SourceDataSource,
+    private readonly claimPool: SourceDataSource,
   ) {}
 
   /**

@@ -1,4 +1,4 @@
-import type { DataSource, QueryRunner } from 'typeorm';
+import type { SourceDataSource, SourceQueryRunner } from '../connection.js';
 import type { PipelinedStatement } from './pipelined.js';
 import type { PgClient } from './pools.js';
 import { sendAfterBegin, sendBeginAlone } from './deferred-begin-alone.js';
@@ -35,16 +35,16 @@ export class DeferredBegin {
   /** Why the BEGIN did not open the transaction, once it failed. */
   failure?: Error;
   private announced = false;
-  private readonly runnerQuery: QueryRunner['query'];
+  private readonly runnerQuery: SourceQueryRunner['query'];
   private readonly clientQuery: PgClient['query'];
 
   private constructor(
-    private readonly runner: QueryRunner,
+    private readonly runner: SourceQueryRunner,
     private readonly client: PgClient,
     readonly statement: string,
-    private readonly source: DataSource,
+    private readonly source: SourceDataSource,
   ) {
-    this.runnerQuery = Object.getPrototypeOf(runner).query as QueryRunner['query'];
+    this.runnerQuery = Object.getPrototypeOf(runner).query as SourceQueryRunner['query'];
     this.clientQuery = Object.getPrototypeOf(client).query as PgClient['query'];
   }
 
@@ -55,7 +55,7 @@ export class DeferredBegin {
    * the app's `afterTransactionStart` subscribers carries it too; `watchRunner`
    * follows once that has returned.
    */
-  static arm(runner: QueryRunner, client: PgClient, statement: string, source: DataSource): DeferredBegin {
+  static arm(runner: SourceQueryRunner, client: PgClient, statement: string, source: SourceDataSource): DeferredBegin {
     const begin = new DeferredBegin(runner, client, statement, source);
     begin.hookClient();
     return begin;
@@ -113,7 +113,7 @@ export class DeferredBegin {
    */
   watchRunner(): void {
     if (this.state !== 'armed') return;
-    const own = this.runner as QueryRunner & { query: QueryRunner['query'] };
+    const own = this.runner as SourceQueryRunner & { query: SourceQueryRunner['query'] };
     own.query = ((sql: string, ...rest: unknown[]) => {
       this.unhookRunner();
       if (this.state === 'armed' && sql === 'ROLLBACK' && !this.runner.isReleased) {
@@ -123,13 +123,13 @@ export class DeferredBegin {
       }
       if (this.state === 'armed') this.announce();
       return (this.runnerQuery as (...args: unknown[]) => Promise<unknown>).call(this.runner, sql, ...rest);
-    }) as QueryRunner['query'];
+    }) as SourceQueryRunner['query'];
   }
 
   private unhookRunner(): void {
     // Assigned back, never deleted: a delete would turn the runner into a dictionary-mode object (see
     // typeorm-transaction-hook.ts).
-    (this.runner as QueryRunner & { query: QueryRunner['query'] }).query = this.runnerQuery;
+    (this.runner as SourceQueryRunner & { query: SourceQueryRunner['query'] }).query = this.runnerQuery;
   }
 
   /** node-postgres's side: every statement on the connection, whoever sends it (TypeORM, or the app on the raw client). */

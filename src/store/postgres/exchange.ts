@@ -1,4 +1,4 @@
-import type { DataSource, QueryRunner } from 'typeorm';
+import type { SourceDataSource, SourceQueryRunner } from '../connection.js';
 import { redactQueryError } from '../redacted-query-error.js';
 import { installRedactingLogger } from '../redacting-logger.js';
 import { pipelined, type PipelinedResult, type PipelinedStatement } from './pipelined.js';
@@ -13,8 +13,8 @@ import type { PgClient } from './pools.js';
 export async function exchange(
   client: PgClient,
   statements: readonly PipelinedStatement[],
-  source: DataSource,
-  runner?: QueryRunner,
+  source: SourceDataSource,
+  runner?: SourceQueryRunner,
 ): Promise<PipelinedResult[]> {
   installRedactingLogger(source);
   for (const statement of statements) source.logger.logQuery(statement.text, statement.values, runner);

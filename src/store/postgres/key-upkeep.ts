@@ -1,4 +1,4 @@
-import type { EntityManager } from 'typeorm';
+import type { SourceManager } from '../connection.js';
 import type { ClaimRef, PhaseState } from '../../core/idempotency-store.js';
 import type { AttemptParts } from './attempt.js';
 import { isFenceLost } from './statements.js';
@@ -22,7 +22,7 @@ export async function recordPhase(
   ref: ClaimRef,
   phases: PhaseState,
   leaseMs: number,
-  tx?: EntityManager,
+  tx?: SourceManager,
 ): Promise<boolean> {
   const statement = {
     text: parts.statements.sql.recordPhase,

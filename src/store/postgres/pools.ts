@@ -1,4 +1,4 @@
-import type { DataSource, EntityManager } from 'typeorm';
+import type { SourceDataSource, SourceManager } from '../connection.js';
 import { exchange } from './exchange.js';
 import type { PipelineClient, PipelinedResult, PipelinedStatement } from './pipelined.js';
 import { BEGIN_READ_COMMITTED } from './statements.js';
@@ -24,8 +24,8 @@ interface PgDriver {
  */
 export class Pools {
   constructor(
-    readonly main: DataSource,
-    readonly claimPool: DataSource,
+    readonly main: SourceDataSource,
+    readonly claimPool: SourceDataSource,
   ) {}
 
   /**
@@ -44,7 +44,7 @@ export class Pools {
    */
   async run(
     statement: PipelinedStatement,
-    options: { tx?: EntityManager; source?: DataSource; write?: boolean } = {},
+    options: { tx?: SourceManager; source?: SourceDataSource; write?: boolean } = {},
   ): Promise<{ rows: unknown[]; affected: number }> {
     const runner = options.tx?.queryRunner;
     const source = options.source ?? (runner ? this.main : this.claimPool);
@@ -67,7 +67,7 @@ export class Pools {
 }
 
 /** A connection of `source`'s pool, and how to give it back (with the error that killed it, to drop it). */
-export async function lendConnection(source: DataSource): Promise<[PgClient, (error?: unknown) => void]> {
+export async function lendConnection(source: SourceDataSource): Promise<[PgClient, (error?: unknown) => void]> {
   return (await (source.driver as unknown as PgDriver).obtainMasterConnection()) as [PgClient, (error?: unknown) => void];
 }
 

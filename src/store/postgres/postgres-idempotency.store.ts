@@ -1,4 +1,5 @@
-import type { DataSource, EntityManager } from 'typeorm';
+import type { EntityManager } from 'typeorm';
+import type { SourceDataSource } from '../connection.js';
 import {
   IdempotencyStore,
   type BeginResult,
@@ -38,7 +39,7 @@ export interface PostgresIdempotencyStoreOptions {
    * a data source with a small pool of its own, so they never queue behind
    * business transactions holding the main pool. Default: the main data source.
    */
-  claimDataSource?: DataSource;
+  claimDataSource?: SourceDataSource;
   /**
    * The key table is the partitioned one (`createPartitionedIdempotencyKeysMigration`):
    * `sweep` then keeps partitions made ahead and retires whole partitions
@@ -67,7 +68,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   private readonly claimAndBegin: ClaimAndBegin;
   private readonly sweptTable: SweptTable;
 
-  constructor(dataSource: DataSource, tableName: string, options: PostgresIdempotencyStoreOptions = {}) {
+  constructor(dataSource: SourceDataSource, tableName: string, options: PostgresIdempotencyStoreOptions = {}) {
     super();
     const claimPool = options.claimDataSource ?? dataSource;
     const table = quoteTableName(tableName);

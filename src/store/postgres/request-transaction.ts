@@ -1,5 +1,6 @@
+import type { EntityManager } from 'typeorm';
 import type { EventEmitter } from 'node:events';
-import type { EntityManager, QueryRunner } from 'typeorm';
+import type { SourceQueryRunner } from '../connection.js';
 import type { BeginResult, ClaimRequest } from '../../core/idempotency-store.js';
 import { IdempotencyConfigurationError } from '../../errors/configuration.error.js';
 import { messages } from '../../errors/messages.js';
@@ -32,12 +33,12 @@ export interface ClaimKeeper {
    * `rollback(true)`: undoes the work's writes, keeping the claim and the key's lock, with the transaction open.
    * False when it could not (the attempt then ends); throws a lost connection's error.
    */
-  keep(runner: QueryRunner): Promise<boolean>;
+  keep(runner: SourceQueryRunner): Promise<boolean>;
   /**
    * `rollback(false)`: ends the transaction, and lets go of whatever else of the key the connection holds.
    * Answers a reason to drop the connection rather than lend it again, when it could not.
    */
-  rollback(runner: QueryRunner): Promise<unknown>;
+  rollback(runner: SourceQueryRunner): Promise<unknown>;
   /**
    * What to send after the completion instead of its COMMIT when the work's transaction has already failed (the
    * handler caught its own SQL error and answered), read on the connection: the completion then fails, and these
@@ -50,7 +51,7 @@ export interface ClaimKeeper {
    * `answers`: the completion's, then those of what followed it in its message (undefined: none came). False when
    * it could not: the connection is then dropped.
    */
-  afterFailedCompletion(runner: QueryRunner, answers: PipelinedResult[] | undefined): Promise<boolean>;
+  afterFailedCompletion(runner: SourceQueryRunner, answers: PipelinedResult[] | undefined): Promise<boolean>;
 }
 
 /**
@@ -226,7 +227,7 @@ function savepoint(parts: AttemptParts): ClaimKeeper {
   const { pools } = parts;
   return {
     afterClaim: [{ text: `SAVEPOINT ${WORK_SAVEPOINT}` }],
-    keep: async (runner: QueryRunner) => {
+    keep: async (runner: SourceQueryRunner) => {
       const client = (await runner.connect()) as PgClient;
       const [undone] = await exchange(client, [{ text: `ROLLBACK TO SAVEPOINT ${WORK_SAVEPOINT}` }], pools.main, runner);
       if (undone.ok) return true;

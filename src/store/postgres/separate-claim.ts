@@ -1,4 +1,4 @@
-import type { DataSource, QueryRunner } from 'typeorm';
+import type { SourceDataSource, SourceQueryRunner } from '../connection.js';
 import type { ClaimRequest } from '../../core/idempotency-store.js';
 import { READ_COMMITTED_NEEDED } from '../key-store.sql.js';
 import type { PipelinedResult } from './pipelined.js';
@@ -26,8 +26,8 @@ export class SeparateClaim {
   async send(
     client: PgClient,
     request: ClaimRequest,
-    source: DataSource,
-    runner?: QueryRunner,
+    source: SourceDataSource,
+    runner?: SourceQueryRunner,
   ): Promise<{ claimed: PipelinedResult; committed: PipelinedResult }> {
     const claim = this.statements.claim(request, 'claim', null);
     if (!this.alwaysInTransaction) {

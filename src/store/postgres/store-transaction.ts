@@ -1,4 +1,5 @@
-import type { DataSource, EntityManager } from 'typeorm';
+import type { EntityManager } from 'typeorm';
+import { asWorkManager, type SourceDataSource } from '../connection.js';
 import { isUnavailableError } from './unavailable.js';
 
 /**
@@ -8,11 +9,11 @@ import { isUnavailableError } from './unavailable.js';
  * transaction's own connection died, which is the store's failure (a 503,
  * outcome unknown), not the work's, whatever the work then threw.
  */
-export async function storeTransaction<T>(main: DataSource, work: (tx: EntityManager) => Promise<T>): Promise<T> {
+export async function storeTransaction<T>(main: SourceDataSource, work: (tx: EntityManager) => Promise<T>): Promise<T> {
   const runner = main.createQueryRunner();
   try {
     await runner.startTransaction();
-    const result = await work(runner.manager);
+    const result = await work(asWorkManager(runner.manager));
     await runner.commitTransaction();
     return result;
   } catch (error) {

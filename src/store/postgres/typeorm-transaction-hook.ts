@@ -1,4 +1,4 @@
-import type { QueryRunner } from 'typeorm';
+import type { SourceQueryRunner } from '../connection.js';
 import type { PgClient } from './pools.js';
 
 /**
@@ -13,7 +13,7 @@ import type { PgClient } from './pools.js';
  *   level in it, for START TRANSACTION), on the runner's client
  */
 export async function withTransactionStatementReplaced(
-  runner: QueryRunner,
+  runner: SourceQueryRunner,
   statement: 'START TRANSACTION' | 'COMMIT' | 'ROLLBACK',
   send: (client: PgClient, statement: string) => Promise<void>,
 ): Promise<void> {
@@ -21,12 +21,12 @@ export async function withTransactionStatementReplaced(
   // statement of the transaction: it goes into the message instead (TypeORM has validated it as one of the levels).
   const level = statement === 'START TRANSACTION' ? runner.connection.options.isolationLevel : undefined;
   const sent = level && /^[A-Z ]+$/.test(level) ? `START TRANSACTION ISOLATION LEVEL ${level}` : statement;
-  const own = runner as QueryRunner & { query: QueryRunner['query'] };
-  const original = Object.getPrototypeOf(runner).query as QueryRunner['query'];
+  const own = runner as SourceQueryRunner & { query: SourceQueryRunner['query'] };
+  const original = Object.getPrototypeOf(runner).query as SourceQueryRunner['query'];
   // The prototype's query is assigned back, never the override deleted: a delete would turn the runner into a
   // dictionary-mode object, and every property read of TypeORM on it (the handler's statements) slower.
   const restore = () => (own.query = original);
-  own.query = async function (this: QueryRunner, sql: string, ...rest: unknown[]) {
+  own.query = async function (this: SourceQueryRunner, sql: string, ...rest: unknown[]) {
     if (sql === statement) {
       await send((await runner.connect()) as PgClient, sent);
       if (sent === statement) restore();
@@ -37,7 +37,7 @@ export async function withTransactionStatementReplaced(
       return [];
     }
     return (original as (...args: unknown[]) => Promise<unknown>).call(this, sql, ...rest);
-  } as QueryRunner['query'];
+  } as SourceQueryRunner['query'];
   try {
     if (statement === 'START TRANSACTION') await runner.startTransaction();
     else if (statement === 'COMMIT') await runner.commitTransaction();

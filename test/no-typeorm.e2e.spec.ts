@@ -1,0 +1,135 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import type pg from 'pg';
+import { AppProcess } from './support/app-process.js';
+import { freshSchema, sqlClient } from './support/database.js';
+import { post, send, sleep } from './support/http.js';
+import { ADAPTERS, type AdapterName } from './support/test-app.js';
+
+const ORMS = ['prisma', 'drizzle'] as const;
+const CASES = ORMS.flatMap((orm) => ADAPTERS.map((adapter) => [orm, adapter] as const));
+
+/**
+ * Issue 29: an app without TypeORM (test/support/no-typeorm-app.ts, set up as
+ * docs/transactions.md shows for Prisma and for Drizzle), in a process where
+ * TypeORM's packages cannot be found (test/support/without-typeorm.mjs): the
+ * module runs on the app's pg pool and creates its key table itself.
+ */
+describe.each(CASES)('an app on %s without TypeORM, over %s', (orm: (typeof ORMS)[number], adapter: AdapterName) => {
+  let apps: AppProcess[] = [];
+  let app: AppProcess;
+  let db: pg.Client;
+  let env: Record<string, string>;
+  let n = 0;
+  const fresh = (kind: string) => `${kind}-${orm}-${adapter}-${Date.now()}-${++n}`;
+  const effects = async (label: string) =>
+    (await db.query<{ n: number }>('SELECT count(*)::int AS n FROM effects WHERE label = $1', [label])).rows[0].n;
+  const keyRows = async (key: string) =>
+    (
+      await db.query<{ status: string }>('SELECT status FROM idempotency_keys WHERE tenant_id = $1 AND key = $2', [
+        'tenant-a',
+        key,
+      ])
+    ).rows;
+
+  beforeAll(async () => {
+    const schema = await freshSchema(`no_typeorm_${orm}_${adapter}`);
+    db = await sqlClient(schema);
+    // The app's own table; the module's key table is left for the module to create.
+    await db.query(`CREATE TABLE effects (
+      id bigserial PRIMARY KEY, tenant text NOT NULL, label text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`);
+    env = {
+      APP_SCHEMA: schema,
+      CRASH: '0',
+      ORM: orm,
+      HTTP_ADAPTER: adapter,
+      NODE_OPTIONS: '--import ./test/support/without-typeorm.mjs',
+    };
+    // Two instances starting together on the empty schema: both migrate at start-up.
+    apps = await Promise.all([
+      AppProcess.start('test/support/no-typeorm-app.ts', env),
+      AppProcess.start('test/support/no-typeorm-app.ts', env),
+    ]);
+    app = apps[0];
+  });
+  afterAll(async () => {
+    await Promise.all(apps.map((instance) => instance.stop()));
+    await db?.end();
+  });
+
+  it('creates the key table at start-up, the migration applied once by the two instances that started together', async () => {
+    const { rows } = await db.query<{ found: boolean }>(`SELECT to_regclass('idempotency_keys') IS NOT NULL AS found`);
+    expect(rows[0].found).toBe(true);
+    const applied = await db.query<{ name: string }>('SELECT name FROM nest_idempotency_migrations');
+    expect(applied.rows.map((row) => row.name)).toEqual(['CreateIdempotencyKeys1764460800000']);
+  });
+
+  it('never imports nor loads typeorm, @nestjs/typeorm, typeorm-transactional or the cls TypeORM adapter', async () => {
+    for (const instance of apps) {
+      const answer = await send(instance.url, 'GET', '/typeorm', { headers: [] });
+      expect(answer.json()).toEqual({ attempts: [], loaded: [] });
+    }
+  });
+
+  it('runs concurrent duplicates once: one effect, one key row, every success the same bytes', async () => {
+    const label = fresh('storm');
+    const key = `k-${label}`;
+    const answers = await Promise.all(
+      Array.from({ length: 8 }, (_, i) => post(apps[i % 2].url, '/transfers', { label, waitMs: 150 }, key)),
+    );
+
+    expect(await effects(label)).toBe(1);
+    expect(await keyRows(key)).toEqual([{ status: 'completed' }]);
+    const succeeded = answers.filter((answer) => answer.status === 201);
+    expect(succeeded.length).toBeGreaterThanOrEqual(1);
+    for (const answer of succeeded) expect(answer.body.equals(succeeded[0].body)).toBe(true);
+    // The others were told the key is in flight, never run a second time.
+    for (const answer of answers.filter((a) => a.status !== 201)) expect(answer.status).toBe(409);
+  });
+
+  it('replays the first answer byte for byte', async () => {
+    const label = fresh('replay');
+    const first = await post(app.url, '/transfers', { label }, `k-${label}`);
+    const replay = await post(apps[1].url, '/transfers', { label }, `k-${label}`);
+
+    expect(first.status).toBe(201);
+    expect(replay.status).toBe(201);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.body.equals(first.body)).toBe(true);
+    expect(await effects(label)).toBe(1);
+  });
+
+  it('leaves neither the effect nor a completed key when the handler throws after its write; the retry writes once', async () => {
+    const label = fresh('fail');
+    expect((await post(app.url, '/transfers', { label, fail: true }, `k-${label}`)).status).toBe(500);
+    expect(await effects(label)).toBe(0);
+    expect(await keyRows(`k-${label}`)).toEqual([]);
+
+    expect((await post(app.url, '/transfers', { label }, `k-${label}`)).status).toBe(201);
+    expect(await effects(label)).toBe(1);
+    expect(await keyRows(`k-${label}`)).toEqual([{ status: 'completed' }]);
+  });
+
+  it('loses the handler’s write with the completion when killed (SIGKILL) before the COMMIT; the retry after the lease writes once', async () => {
+    const label = fresh('crash');
+    const key = `k-${label}`;
+    const doomed = await AppProcess.start('test/support/no-typeorm-app.ts', { ...env, CRASH: '1' });
+    apps.push(doomed);
+    const answer = await post(doomed.url, '/crashing-transfers', { label }, key).catch((error: Error) => error);
+
+    expect(await doomed.exit()).toBe('SIGKILL');
+    // The answer never came: the connection died with the process.
+    expect(answer).toHaveProperty('code', 'ECONNRESET');
+    expect(await effects(label)).toBe(0);
+    expect(await keyRows(key)).toEqual([{ status: 'in_flight' }]);
+
+    // The crashed attempt's lease (1 s) must run out first.
+    let retried = await post(app.url, '/crashing-transfers', { label }, key);
+    for (let i = 0; i < 100 && retried.status === 409; i++) {
+      await sleep(250);
+      retried = await post(app.url, '/crashing-transfers', { label }, key);
+    }
+    expect(retried.status).toBe(201);
+    expect(await effects(label)).toBe(1);
+    expect(await keyRows(key)).toEqual([{ status: 'completed' }]);
+  });
+});
