@@ -2,15 +2,15 @@ import { Module } from '@nestjs/common';
 import { ScheduleModule } from '@nestjs/schedule';
 import { IdempotencyModule } from 'nest-idempotency-pg';
 import { IdempotencyDrizzleModule } from 'nest-idempotency-pg/drizzle';
-import { db } from './database.js';
-import { IdempotencyStatementsModule } from './idempotency-statements.js';
+import { db, pool } from './database.js';
 import { PayoutsController } from './payouts.controller.js';
 import { PayoutsService } from './payouts.service.js';
 
 @Module({
   imports: [
-    IdempotencyStatementsModule, // the module's own statements: TypeORM on the same database (idempotency-statements.ts)
     IdempotencyModule.forRoot({
+      pool, // the module's statements and transactions, on the app's pool (no TypeORM)
+      migrate: true, // the key table, created at start-up, once however many instances start
       // Whose keys these are: one tenant here; a real app takes it from its auth guard's principal.
       tenant: () => 'default',
     }),

@@ -1,15 +1,16 @@
 import { Module } from '@nestjs/common';
 import { ScheduleModule } from '@nestjs/schedule';
 import { IdempotencyModule } from 'nest-idempotency-pg';
-import { IdempotencyStatementsModule } from './idempotency-statements.js';
+import { pool } from './database.js';
 import { PayoutsController } from './payouts.controller.js';
 import { PayoutsService } from './payouts.service.js';
 import { PrismaService } from './prisma.service.js';
 
 @Module({
   imports: [
-    IdempotencyStatementsModule, // the module's own statements: TypeORM on the same database (idempotency-statements.ts)
     IdempotencyModule.forRoot({
+      pool, // the module's statements and transactions: the pool itself, not idempotentPool(pool), which is Prisma's
+      migrate: true, // the key table, created at start-up, once however many instances start
       // Whose keys these are: one tenant here; a real app takes it from its auth guard's principal.
       tenant: () => 'default',
     }),
