@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type pg from 'pg';
+import { ProblemType } from '../src/index.js';
 import { AppProcess } from './support/app-process.js';
 import { freshSchema, sqlClient } from './support/database.js';
 import { post, send, sleep } from './support/http.js';
@@ -37,6 +38,17 @@ describe.each(CASES)('an app on %s without TypeORM, over %s', (orm: (typeof ORMS
     // The app's own table; the module's key table is left for the module to create.
     await db.query(`CREATE TABLE effects (
       id bigserial PRIMARY KEY, tenant text NOT NULL, label text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`);
+    // Effects whose label is listed are refused at COMMIT (a deferred constraint trigger), until taken off the list.
+    await db.query('CREATE TABLE refused_labels (label text PRIMARY KEY)');
+    await db.query(`CREATE FUNCTION judge_effect() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF EXISTS (SELECT 1 FROM refused_labels WHERE label = NEW.label) THEN
+          RAISE EXCEPTION 'effect refused at commit' USING ERRCODE = '23514';
+        END IF;
+        RETURN NULL;
+      END $$`);
+    await db.query(`CREATE CONSTRAINT TRIGGER judge_effect AFTER INSERT ON effects
+      DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION judge_effect()`);
     env = {
       APP_SCHEMA: schema,
       CRASH: '0',
@@ -96,6 +108,32 @@ describe.each(CASES)('an app on %s without TypeORM, over %s', (orm: (typeof ORMS
     expect(replay.headers['idempotent-replayed']).toBe('true');
     expect(replay.body.equals(first.body)).toBe(true);
     expect(await effects(label)).toBe(1);
+  });
+
+  it('answers another request under a used key 422, and writes nothing for it', async () => {
+    const label = fresh('mismatch');
+    expect((await post(app.url, '/transfers', { label }, `k-${label}`)).status).toBe(201);
+    const other = await post(apps[1].url, '/transfers', { label, other: true }, `k-${label}`);
+
+    expect(other.status).toBe(422);
+    expect(other.headers['content-type']).toMatch(/^application\/problem\+json/);
+    expect(await effects(label)).toBe(1);
+  });
+
+  it('answers a COMMIT the database refuses: neither the completion nor the effect; a retry writes once', async () => {
+    const label = fresh('refuse');
+    await db.query('INSERT INTO refused_labels VALUES ($1)', [label]);
+    const refused = await post(app.url, '/transfers', { label }, `k-${label}`);
+
+    expect(refused.status).toBe(500);
+    expect(refused.json().type).toBe(ProblemType.commitRefused);
+    expect(await effects(label)).toBe(0);
+    expect((await keyRows(`k-${label}`)).map((row) => row.status)).not.toContain('completed');
+
+    await db.query('DELETE FROM refused_labels WHERE label = $1', [label]);
+    expect((await post(app.url, '/transfers', { label }, `k-${label}`)).status).toBe(201);
+    expect(await effects(label)).toBe(1);
+    expect(await keyRows(`k-${label}`)).toEqual([{ status: 'completed' }]);
   });
 
   it('leaves neither the effect nor a completed key when the handler throws after its write; the retry writes once', async () => {
