@@ -8,6 +8,11 @@ import { ADAPTERS, type AdapterName } from './support/test-app.js';
 
 const ORMS = ['prisma', 'drizzle'] as const;
 const CASES = ORMS.flatMap((orm) => ADAPTERS.map((adapter) => [orm, adapter] as const));
+/** The same handler in each claim mode. */
+const MODES = [
+  ['separate', '/transfers'],
+  ['request-transaction', '/transfers-in-tx'],
+] as const;
 
 /**
  * Issue 29: an app without TypeORM (test/support/no-typeorm-app.ts, set up as
@@ -82,21 +87,24 @@ describe.each(CASES)('an app on %s without TypeORM, over %s', (orm: (typeof ORMS
     }
   });
 
-  it('runs concurrent duplicates once: one effect, one key row, every success the same bytes', async () => {
-    const label = fresh('storm');
-    const key = `k-${label}`;
-    const answers = await Promise.all(
-      Array.from({ length: 8 }, (_, i) => post(apps[i % 2].url, '/transfers', { label, waitMs: 150 }, key)),
-    );
+  it.each(MODES)(
+    'runs concurrent duplicates once (claim mode %s): one effect, one key row, every success the same bytes',
+    async (_mode, path) => {
+      const label = fresh('storm');
+      const key = `k-${label}`;
+      const answers = await Promise.all(
+        Array.from({ length: 8 }, (_, i) => post(apps[i % 2].url, path, { label, waitMs: 150 }, key)),
+      );
 
-    expect(await effects(label)).toBe(1);
-    expect(await keyRows(key)).toEqual([{ status: 'completed' }]);
-    const succeeded = answers.filter((answer) => answer.status === 201);
-    expect(succeeded.length).toBeGreaterThanOrEqual(1);
-    for (const answer of succeeded) expect(answer.body.equals(succeeded[0].body)).toBe(true);
-    // The others were told the key is in flight, never run a second time.
-    for (const answer of answers.filter((a) => a.status !== 201)) expect(answer.status).toBe(409);
-  });
+      expect(await effects(label)).toBe(1);
+      expect(await keyRows(key)).toEqual([{ status: 'completed' }]);
+      const succeeded = answers.filter((answer) => answer.status === 201);
+      expect(succeeded.length).toBeGreaterThanOrEqual(1);
+      for (const answer of succeeded) expect(answer.body.equals(succeeded[0].body)).toBe(true);
+      // The others were told the key is in flight, never run a second time.
+      for (const answer of answers.filter((a) => a.status !== 201)) expect(answer.status).toBe(409);
+    },
+  );
 
   it('replays the first answer byte for byte', async () => {
     const label = fresh('replay');
@@ -120,32 +128,38 @@ describe.each(CASES)('an app on %s without TypeORM, over %s', (orm: (typeof ORMS
     expect(await effects(label)).toBe(1);
   });
 
-  it('answers a COMMIT the database refuses: neither the completion nor the effect; a retry writes once', async () => {
-    const label = fresh('refuse');
-    await db.query('INSERT INTO refused_labels VALUES ($1)', [label]);
-    const refused = await post(app.url, '/transfers', { label }, `k-${label}`);
+  it.each(MODES)(
+    'answers a COMMIT the database refuses (claim mode %s): neither the completion nor the effect; a retry writes once',
+    async (_mode, path) => {
+      const label = fresh('refuse');
+      await db.query('INSERT INTO refused_labels VALUES ($1)', [label]);
+      const refused = await post(app.url, path, { label }, `k-${label}`);
 
-    expect(refused.status).toBe(500);
-    expect(refused.json().type).toBe(ProblemType.commitRefused);
-    expect(await effects(label)).toBe(0);
-    expect((await keyRows(`k-${label}`)).map((row) => row.status)).not.toContain('completed');
+      expect(refused.status).toBe(500);
+      expect(refused.json().type).toBe(ProblemType.commitRefused);
+      expect(await effects(label)).toBe(0);
+      expect((await keyRows(`k-${label}`)).map((row) => row.status)).not.toContain('completed');
 
-    await db.query('DELETE FROM refused_labels WHERE label = $1', [label]);
-    expect((await post(app.url, '/transfers', { label }, `k-${label}`)).status).toBe(201);
-    expect(await effects(label)).toBe(1);
-    expect(await keyRows(`k-${label}`)).toEqual([{ status: 'completed' }]);
-  });
+      await db.query('DELETE FROM refused_labels WHERE label = $1', [label]);
+      expect((await post(app.url, path, { label }, `k-${label}`)).status).toBe(201);
+      expect(await effects(label)).toBe(1);
+      expect(await keyRows(`k-${label}`)).toEqual([{ status: 'completed' }]);
+    },
+  );
 
-  it('leaves neither the effect nor a completed key when the handler throws after its write; the retry writes once', async () => {
-    const label = fresh('fail');
-    expect((await post(app.url, '/transfers', { label, fail: true }, `k-${label}`)).status).toBe(500);
-    expect(await effects(label)).toBe(0);
-    expect(await keyRows(`k-${label}`)).toEqual([]);
+  it.each(MODES)(
+    'leaves neither the effect nor a completed key when the handler throws after its write (claim mode %s); the retry writes once',
+    async (_mode, path) => {
+      const label = fresh('fail');
+      expect((await post(app.url, path, { label, fail: true }, `k-${label}`)).status).toBe(500);
+      expect(await effects(label)).toBe(0);
+      expect(await keyRows(`k-${label}`)).toEqual([]);
 
-    expect((await post(app.url, '/transfers', { label }, `k-${label}`)).status).toBe(201);
-    expect(await effects(label)).toBe(1);
-    expect(await keyRows(`k-${label}`)).toEqual([{ status: 'completed' }]);
-  });
+      expect((await post(app.url, path, { label }, `k-${label}`)).status).toBe(201);
+      expect(await effects(label)).toBe(1);
+      expect(await keyRows(`k-${label}`)).toEqual([{ status: 'completed' }]);
+    },
+  );
 
   it('loses the handler’s write with the completion when killed (SIGKILL) before the COMMIT; the retry after the lease writes once', async () => {
     const label = fresh('crash');

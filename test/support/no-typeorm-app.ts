@@ -97,6 +97,13 @@ class TransfersController {
     return { label: body.label, run: randomUUID() };
   }
 
+  /** As `transfers`, the claim the first statement of the handler's transaction (one write of the key row). */
+  @Post('transfers-in-tx')
+  @Idempotent({ onError: 'release', claimMode: 'request-transaction' })
+  createInTransaction(@Body() body: TransferBody) {
+    return this.create(body);
+  }
+
   /** As `transfers`, on a short lease with no heartbeat, and the process killed just before the module's COMMIT. */
   @Post('crashing-transfers')
   @Idempotent({ lease: '1s', heartbeat: false })
