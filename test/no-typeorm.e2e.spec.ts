@@ -77,7 +77,9 @@ describe.each(CASES)('an app on %s without TypeORM, over %s', (orm: (typeof ORMS
     const { rows } = await db.query<{ found: boolean }>(`SELECT to_regclass('idempotency_keys') IS NOT NULL AS found`);
     expect(rows[0].found).toBe(true);
     const applied = await db.query<{ name: string }>('SELECT name FROM nest_idempotency_migrations');
-    expect(applied.rows.map((row) => row.name)).toEqual(['CreateIdempotencyKeys1764460800000']);
+    expect(applied.rows.map((row) => row.name).sort()).toEqual(
+      ['CreateEffectLedger1764806400000', 'CreateIdempotencyKeys1764460800000'].sort(),
+    );
   });
 
   it('never imports nor loads typeorm, @nestjs/typeorm, typeorm-transactional or the cls TypeORM adapter', async () => {
@@ -146,6 +148,36 @@ describe.each(CASES)('an app on %s without TypeORM, over %s', (orm: (typeof ORMS
       expect(await keyRows(`k-${label}`)).toEqual([{ status: 'completed' }]);
     },
   );
+
+  it('commits each phase with its write, and replays the phased answer without running a phase again', async () => {
+    const label = fresh('phased');
+    const first = await post(app.url, '/phased-transfers', { label }, `k-${label}`);
+    expect(first.status).toBe(201);
+    expect([await effects(`${label}-debit`), await effects(`${label}-credit`)]).toEqual([1, 1]);
+
+    const replay = await post(apps[1].url, '/phased-transfers', { label }, `k-${label}`);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.body.equals(first.body)).toBe(true);
+    expect([await effects(`${label}-debit`), await effects(`${label}-credit`)]).toEqual([1, 1]);
+
+    // Failing after its phases: they stay committed, each once.
+    const failing = fresh('phased-fail');
+    expect((await post(app.url, '/phased-transfers', { label: failing, fail: true }, `k-${failing}`)).status).toBe(500);
+    expect([await effects(`${failing}-debit`), await effects(`${failing}-credit`)]).toEqual([1, 1]);
+  });
+
+  it('records a business key in the effect ledger with the write: once across keys, undone with a failing handler', async () => {
+    const label = fresh('ledger');
+    // The handler fails after the ledger and the write: both roll back, so the next key's attempt is the first.
+    expect((await post(app.url, '/ledger-transfers', { label, fail: true }, `k1-${label}`)).status).toBe(500);
+    expect(await effects(label)).toBe(0);
+    const first = await post(app.url, '/ledger-transfers', { label }, `k2-${label}`);
+    const second = await post(apps[1].url, '/ledger-transfers', { label }, `k3-${label}`);
+
+    expect(first.json()).toMatchObject({ first: true });
+    expect(second.json()).toMatchObject({ first: false });
+    expect(await effects(label)).toBe(1);
+  });
 
   it.each(MODES)(
     'leaves neither the effect nor a completed key when the handler throws after its write (claim mode %s); the retry writes once',

@@ -20,7 +20,8 @@ import { PrismaPg } from '@prisma/adapter-pg';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { bigserial, pgTable, text } from 'drizzle-orm/pg-core';
 import pg from 'pg';
-import { Idempotent, IdempotencyModule } from '../../src/index.js';
+import { Idempotent, IdempotencyModule, Phased, type Phases } from '../../src/index.js';
+import { EffectLedger } from '../../src/ledger/index.js';
 import { DrizzleTransactionHost, IdempotencyDrizzleModule } from '../../src/integrations/drizzle/index.js';
 import { idempotentPool } from '../../src/integrations/pg-pool/index.js';
 import { serveApp } from './serve-app.js';
@@ -85,7 +86,10 @@ class DrizzleWriter implements EffectWriter {
 
 @Controller()
 class TransfersController {
-  constructor(@Inject(EFFECTS) private readonly writer: EffectWriter) {}
+  constructor(
+    @Inject(EFFECTS) private readonly writer: EffectWriter,
+    private readonly ledger: EffectLedger,
+  ) {}
 
   @Post('transfers')
   @Idempotent({ onError: 'release' })
@@ -102,6 +106,26 @@ class TransfersController {
   @Idempotent({ onError: 'release', claimMode: 'request-transaction' })
   createInTransaction(@Body() body: TransferBody) {
     return this.create(body);
+  }
+
+  /** Two phases, each committed on its own with its write (`<label>-debit`, `<label>-credit`). */
+  @Post('phased-transfers')
+  @Idempotent({ phases: true })
+  async phased(@Body() body: TransferBody, @Phased() phases: Phases) {
+    await phases.run('debit', () => this.writer.write(`${body.label}-debit`));
+    await phases.run('credit', () => this.writer.write(`${body.label}-credit`));
+    if (body.fail) throw new Error('the handler failed after its phases');
+    return { label: body.label, run: randomUUID() };
+  }
+
+  /** The write only if the effect ledger had not recorded the business key (`charge:<label>`): once, whatever the key. */
+  @Post('ledger-transfers')
+  @Idempotent({ onError: 'release' })
+  async recorded(@Body() body: TransferBody) {
+    const first = await this.ledger.once(`charge:${body.label}`);
+    if (first) await this.writer.write(body.label);
+    if (body.fail) throw new Error('the handler failed after its write');
+    return { label: body.label, first };
   }
 
   /** As `transfers`, on a short lease with no heartbeat, and the process killed just before the module's COMMIT. */
@@ -134,6 +158,7 @@ const writer = orm === 'drizzle' ? { provide: EFFECTS, useClass: DrizzleWriter }
     IdempotencyModule.forRoot({
       pool,
       migrate: true,
+      ledger: {},
       tenant: (ctx) => ctx.switchToHttp().getRequest<{ headers: Record<string, string> }>().headers['x-tenant'],
       sweep: false,
     }),
