@@ -2,25 +2,11 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type pg from 'pg';
 import { ProblemType } from '../src/index.js';
 import { AppProcess } from './support/app-process.js';
-import { createTables, freshSchema, sqlClient } from './support/database.js';
+import { createTables, freshSchema, installCommitJudge, sqlClient } from './support/database.js';
 import { post, sleep, type RawResponse } from './support/http.js';
 import { ADAPTERS, type AdapterName } from './support/test-app.js';
 
 const APP = 'test/support/drizzle-cls-app.ts';
-
-/** Effects whose label is listed are refused at COMMIT (a deferred constraint trigger), until taken off the list. */
-async function installCommitJudge(db: pg.Client): Promise<void> {
-  await db.query('CREATE TABLE refused_labels (label text PRIMARY KEY)');
-  await db.query(`CREATE FUNCTION judge_effect() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      IF EXISTS (SELECT 1 FROM refused_labels WHERE label = NEW.label) THEN
-        RAISE EXCEPTION 'effect refused at commit' USING ERRCODE = '23514';
-      END IF;
-      RETURN NULL;
-    END $$`);
-  await db.query(`CREATE CONSTRAINT TRIGGER judge_effect AFTER INSERT ON effects
-    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION judge_effect()`);
-}
 
 /**
  * `@nestjs-cls/transactional` with its Drizzle adapter, and

@@ -18,7 +18,7 @@ import {
   type Phases,
 } from '../src/index.js';
 import { DrizzleTransactionHost, IdempotencyDrizzleModule, type DrizzleDatabase } from '../src/integrations/drizzle/index.js';
-import { createTables, databaseUrl, dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
+import { createTables, databaseUrl, dataSourceOptions, freshSchema, installCommitJudge, sqlClient } from './support/database.js';
 import { post, sleep } from './support/http.js';
 import { keyTableOptions } from './support/key-table.js';
 import { ADAPTERS, type AdapterName } from './support/test-app.js';
@@ -181,16 +181,7 @@ describe.each(ADAPTERS)('Drizzle in the module’s transaction over %s', (adapte
     await createTables(schema);
     db = await sqlClient(schema);
     // Effects whose label is listed are refused at COMMIT (a deferred constraint trigger), until taken off the list.
-    await db.query('CREATE TABLE refused_labels (label text PRIMARY KEY)');
-    await db.query(`CREATE FUNCTION judge_effect() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN
-        IF EXISTS (SELECT 1 FROM refused_labels WHERE label = NEW.label) THEN
-          RAISE EXCEPTION 'effect refused at commit' USING ERRCODE = '23514';
-        END IF;
-        RETURN NULL;
-      END $$`);
-    await db.query(`CREATE CONSTRAINT TRIGGER judge_effect AFTER INSERT ON effects
-      DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION judge_effect()`);
+    await installCommitJudge(db);
 
     pool = new pg.Pool({ connectionString: databaseUrl(), options: `-c search_path=${schema}`, max: 4 });
     appDb = drizzle(pool, { schema: tables, logger });

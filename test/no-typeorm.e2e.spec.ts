@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type pg from 'pg';
 import { ProblemType } from '../src/index.js';
 import { AppProcess } from './support/app-process.js';
-import { freshSchema, sqlClient } from './support/database.js';
+import { freshSchema, installCommitJudge, sqlClient } from './support/database.js';
 import { post, send, sleep } from './support/http.js';
 import { ADAPTERS, type AdapterName } from './support/test-app.js';
 
@@ -44,16 +44,7 @@ describe.each(CASES)('an app on %s without TypeORM, over %s', (orm: (typeof ORMS
     await db.query(`CREATE TABLE effects (
       id bigserial PRIMARY KEY, tenant text NOT NULL, label text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`);
     // Effects whose label is listed are refused at COMMIT (a deferred constraint trigger), until taken off the list.
-    await db.query('CREATE TABLE refused_labels (label text PRIMARY KEY)');
-    await db.query(`CREATE FUNCTION judge_effect() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN
-        IF EXISTS (SELECT 1 FROM refused_labels WHERE label = NEW.label) THEN
-          RAISE EXCEPTION 'effect refused at commit' USING ERRCODE = '23514';
-        END IF;
-        RETURN NULL;
-      END $$`);
-    await db.query(`CREATE CONSTRAINT TRIGGER judge_effect AFTER INSERT ON effects
-      DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION judge_effect()`);
+    await installCommitJudge(db);
     env = {
       APP_SCHEMA: schema,
       CRASH: '0',

@@ -4,7 +4,7 @@ import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
-import { createTables, databaseUrl, freshSchema, sqlClient } from './support/database.js';
+import { createTables, databaseUrl, freshSchema, installCommitJudge, sqlClient } from './support/database.js';
 import { post, sleep, type RawResponse } from './support/http.js';
 import { ADAPTERS, type AdapterName } from './support/test-app.js';
 
@@ -62,16 +62,7 @@ describe.each(ADAPTERS)(
       db = await sqlClient(schema);
       // A COMMIT the database refuses: the module's own row (written after the method returned) of a label listed here.
       // Had the method committed a transaction of its own, its row would stay.
-      await db.query('CREATE TABLE refused_labels (label text PRIMARY KEY)');
-      await db.query(`CREATE FUNCTION judge_effect() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN
-        IF NEW.tenant = 'module' AND EXISTS (SELECT 1 FROM refused_labels WHERE label = NEW.label) THEN
-          RAISE EXCEPTION 'effect refused at commit' USING ERRCODE = '23514';
-        END IF;
-        RETURN NULL;
-      END $$`);
-      await db.query(`CREATE CONSTRAINT TRIGGER judge_effect AFTER INSERT ON effects
-      DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION judge_effect()`);
+      await installCommitJudge(db, 'module');
       app = await startApp({ APP_SCHEMA: schema, HTTP_ADAPTER: adapter });
     });
     afterAll(async () => {

@@ -18,7 +18,7 @@ import pg from 'pg';
 import type { EntityManager } from 'typeorm';
 import { IdempotencyModule, IdempotencyService, Idempotent, Phased, TransactionHost, type Phases } from '../src/index.js';
 import { idempotentPool } from '../src/integrations/pg-pool/index.js';
-import { createTables, databaseUrl, dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
+import { createTables, databaseUrl, dataSourceOptions, freshSchema, installCommitJudge, sqlClient } from './support/database.js';
 import { post, sleep } from './support/http.js';
 import { keyTableOptions } from './support/key-table.js';
 import { ADAPTERS, type AdapterName } from './support/test-app.js';
@@ -330,16 +330,7 @@ describe.each(ADAPTERS)('Prisma through idempotentPool, over %s', (adapter: Adap
       await createTables(schema);
       db = await sqlClient(schema);
       // A COMMIT the database refuses: effect rows whose label is listed here fail the deferred trigger.
-      await db.query('CREATE TABLE refused_labels (label text PRIMARY KEY)');
-      await db.query(`CREATE FUNCTION judge_effect() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN
-          IF EXISTS (SELECT 1 FROM refused_labels WHERE label = NEW.label) THEN
-            RAISE EXCEPTION 'effect refused at commit' USING ERRCODE = '23514';
-          END IF;
-          RETURN NULL;
-        END $$`);
-      await db.query(`CREATE CONSTRAINT TRIGGER judge_effect AFTER INSERT ON effects
-        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION judge_effect()`);
+      await installCommitJudge(db);
 
       const { PrismaClient } = (await import(GENERATED_CLIENT)) as { PrismaClient: PrismaClientClass };
       pool = new pg.Pool({ connectionString: databaseUrl(), options: `-c search_path=${schema}`, max: 5 });

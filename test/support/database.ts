@@ -193,3 +193,21 @@ export class DataSourceTracker {
     );
   }
 }
+
+/**
+ * A COMMIT the database refuses: effect rows whose label is listed in `refused_labels` fail a deferred constraint
+ * trigger at COMMIT (SQLSTATE 23514), until taken off the list. `tenant` limits it to that tenant's effect rows.
+ */
+export async function installCommitJudge(db: pg.Client, tenant?: string): Promise<void> {
+  await db.query('CREATE TABLE refused_labels (label text PRIMARY KEY)');
+  const onlyTenant = tenant === undefined ? '' : `NEW.tenant = ${db.escapeLiteral(tenant)} AND `;
+  await db.query(`CREATE FUNCTION judge_effect() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF ${onlyTenant}EXISTS (SELECT 1 FROM refused_labels WHERE label = NEW.label) THEN
+        RAISE EXCEPTION 'effect refused at commit' USING ERRCODE = '23514';
+      END IF;
+      RETURN NULL;
+    END $$`);
+  await db.query(`CREATE CONSTRAINT TRIGGER judge_effect AFTER INSERT ON effects
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION judge_effect()`);
+}
