@@ -1,11 +1,38 @@
-import type pg from 'pg';
 import type { SourceDataSource, SourceManager, SourceQueryRunner, StatementLogger } from './connection.js';
 
-/** The app's `pg.Pool`, as the `pool` option takes it. */
-export type PgPool = pg.Pool;
+/*
+ * node-postgres's pool, client and result as far as the module uses them, typed here rather than imported from
+ * `pg`: the package's declaration files are read by every app that imports it, and an app on TypeORM need not have
+ * `@types/pg` (they are checked with `skipLibCheck` off). `pg`'s own `Pool` is a `PgPool`.
+ */
 
-/** A pg client as the pool lends it, with what the module reads of it. */
-type PoolClient = pg.PoolClient & { processID?: number };
+/** A statement's answer, as node-postgres gives it. */
+export interface PgQueryResult {
+  rows: unknown[];
+  rowCount: number | null;
+  command: string;
+}
+
+/** A client the pool lends: its statements, and how it is given back. */
+export interface PgPoolClient {
+  query(text: string, values?: unknown[]): Promise<PgQueryResult>;
+  /** With an error (or `true`), the pool drops the client instead of lending it again. */
+  release(error?: Error | boolean): void;
+  on(event: 'error', listener: (error: Error) => void): unknown;
+  removeListener(event: 'error', listener: (error: Error) => void): unknown;
+  processID?: number;
+}
+
+/** The app's `pg.Pool`, as the `pool` option takes it. */
+export interface PgPool {
+  connect(): Promise<PgPoolClient>;
+  query(text: string, values?: unknown[]): Promise<PgQueryResult>;
+  end(): Promise<void>;
+  /** The options it was made with (connection string, credentials, SSL, ...): a second pool is opened with them. */
+  readonly options: object;
+}
+
+type PoolClient = PgPoolClient;
 
 /**
  * The module's connection source on a plain `pg.Pool` (the `pool` option):
@@ -18,13 +45,13 @@ export class PoolDataSource implements SourceDataSource {
   readonly isInitialized = true;
   readonly options: SourceDataSource['options'] = {};
   /** The pool under the name TypeORM's driver has for it (`master`), and how a connection is taken from it. */
-  readonly driver: { master: pg.Pool; obtainMasterConnection(): Promise<[PoolClient, (error?: unknown) => void]> };
+  readonly driver: { master: PgPool; obtainMasterConnection(): Promise<[PoolClient, (error?: unknown) => void]> };
   readonly manager: SourceManager;
   /** Logs nothing: there is no ORM logger to follow, and the module's statements carry keys and bodies. */
   logger: StatementLogger = silentLogger;
 
   constructor(
-    readonly pool: pg.Pool,
+    readonly pool: PgPool,
     /** Whether `destroy()` ends the pool (the claim pool the module opened), or leaves it to the app (the app's). */
     private readonly ownsPool = false,
   ) {
@@ -76,7 +103,7 @@ export class PoolDataSource implements SourceDataSource {
    * connections, which `destroy()` ends.
    */
   openSibling(size: number): PoolDataSource {
-    const Pool = this.pool.constructor as new (options: pg.PoolConfig) => pg.Pool;
+    const Pool = this.pool.constructor as new (options: object) => PgPool;
     // allowExitOnIdle: its idle connections never keep a process alive (an app whose start-up failed, say).
     return new PoolDataSource(new Pool({ ...this.pool.options, max: size, allowExitOnIdle: true }), true);
   }
@@ -157,7 +184,7 @@ export class PoolQueryRunner implements SourceQueryRunner {
 }
 
 /** An answer in the shape TypeORM's postgres driver gives it, which the module's statements are read in. */
-function typeormShaped(raw: pg.QueryResult, structured: boolean): unknown {
+function typeormShaped(raw: PgQueryResult, structured: boolean): unknown {
   const rows = raw.rows ?? [];
   if (structured) return { records: rows, affected: raw.rowCount ?? undefined, raw: rows };
   return raw.command === 'UPDATE' || raw.command === 'DELETE' ? [rows, raw.rowCount] : rows;
