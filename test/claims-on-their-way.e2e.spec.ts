@@ -27,7 +27,7 @@ describe.each(ADAPTERS)('duplicates of a claim on its way share its answer, over
     Number((await db.query('SELECT count(*) FROM effects WHERE label = $1', [label])).rows[0].count);
 
   /** Runs `send` while the key table is locked, so that every claim waits in the server until the lock goes. */
-  async function whileKeyTableLocked<T>(send: () => Promise<T>[]): Promise<T[]> {
+  async function whileKeyTableLocked<T>(send: () => Promise<T>[], meanwhile?: () => Promise<void>): Promise<T[]> {
     const locker = await sqlClient(schema);
     try {
       await locker.query('BEGIN');
@@ -36,6 +36,7 @@ describe.each(ADAPTERS)('duplicates of a claim on its way share its answer, over
       const answers = send();
       // Every request reaches the engine long before this; the lock keeps the first claim unanswered meanwhile.
       await sleep(400);
+      await meanwhile?.();
       await locker.query('COMMIT');
       return await Promise.all(answers);
     } finally {
@@ -98,6 +99,33 @@ describe.each(ADAPTERS)('duplicates of a claim on its way share its answer, over
     const replay = await post(app.url, '/slow', { label }, `k-${label}`);
     expect(replay.headers['idempotent-replayed']).toBe('true');
     expect(Buffer.compare(replay.body, executed[0].body)).toBe(0);
+  });
+
+  it('a shared claim whose connection dies: its sender answers 503, the duplicates that waited for it ask the database themselves and replay', async () => {
+    const label = fresh();
+    const first = await post(app.url, '/items-forgotten', { label }, `k-${label}`);
+    const answers = await whileKeyTableLocked(
+      () => Array.from({ length: 8 }, () => post(app.url, '/items-forgotten', { label }, `k-${label}`)),
+      async () => {
+        // The one claim waiting on the lock: its server process ends, as in a crash of that backend.
+        const { rows } = await db.query<{ ended: boolean }>(
+          `SELECT pg_terminate_backend(pid) AS ended FROM pg_stat_activity
+            WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%nest-idempotency:claim%'`,
+        );
+        expect(rows).toEqual([{ ended: true }]);
+        // The duplicates' own claims are sent (and wait on the lock) before it goes.
+        await sleep(300);
+      },
+    );
+    const statuses = answers.map((answer) => answer.status).sort();
+    expect(statuses).toEqual([201, 201, 201, 201, 201, 201, 201, 503]);
+    for (const replay of answers.filter((answer) => answer.status === 201)) {
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(Buffer.compare(replay.body, first.body)).toBe(0);
+    }
+    // The dead claim, then one of each duplicate's own.
+    expect(claimsSent()).toBe(8);
+    expect(await effects(label)).toBe(1);
   });
 
   it('another request under the key shares nothing: 422 for each, while the same request replays', async () => {
