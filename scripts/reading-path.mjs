@@ -44,6 +44,8 @@ for (const tree of trees.map((t) => resolve(t))) {
 }
 
 async function pathFiles(tree) {
+  // The bench's Prisma route needs its generated client before the bench compiles.
+  execFileSync('node', ['scripts/prisma-generate.mjs'], { cwd: tree, stdio: 'inherit' });
   execFileSync('npx', ['tsc', '-p', 'tsconfig.bench.json'], { cwd: tree, stdio: 'inherit' });
   const dist = join(tree, 'dist-bench');
   const { AppProcess } = await import(pathToFileURL(join(dist, 'bench/app-process.js')).href);
