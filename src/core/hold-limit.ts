@@ -1,4 +1,4 @@
-import type { Claimed } from './held-keys.js';
+import type { Claimed } from './held.js';
 import type { WorkScope } from './work.js';
 
 /**
