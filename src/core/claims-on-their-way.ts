@@ -2,17 +2,11 @@ import { localId } from './held-keys.js';
 import type { WorkScope } from './work.js';
 
 /**
- * The claims this process has sent and not yet had answered, by key. A
- * duplicate of one (the same tenant, key and request) that arrives meanwhile
- * waits for its answer instead of sending a claim of its own: in a retry
- * storm, a thousand duplicates arriving together cost the store one claim,
- * not a thousand queued on the claim pool.
- *
- * Only answers that stay true are shared (see `IdempotencyEngine.lifecycle`):
- * a completed key's response, which never changes until it expires, and a
- * claim this process won, whose execution is then found running here. A key
- * found held elsewhere may have been completed since the claim was sent, so
- * its duplicates ask the store themselves.
+ * The claims this process has sent and not yet had answered, by key. A duplicate of one (same tenant, key and
+ * request) waits for its answer instead of sending its own: in a retry storm, a thousand duplicates cost the
+ * store one claim. Only answers that stay true are shared (see `answeredByClaim`): a completed key's response,
+ * and a claim this process won, whose execution is then found running here. A key held elsewhere may have been
+ * completed since, so its duplicates ask the store themselves.
  */
 export class ClaimsOnTheirWay<Answer> {
   private readonly pending = new Map<string, { fingerprint: string; answer: Promise<Answer> }>();
@@ -24,10 +18,8 @@ export class ClaimsOnTheirWay<Answer> {
   }
 
   /**
-   * Lets duplicates of `work` find `claim` until it is answered. Returns
-   * `claim` itself: its sender's continuation is then registered before any
-   * duplicate's, so it holds the key (visible as running here) before they
-   * look.
+   * Lets duplicates of `work` find `claim` until it is answered. Returns `claim` itself: its sender's
+   * continuation is registered first, so it holds the key (running here) before any duplicate looks.
    */
   share<T extends Answer>(work: Pick<WorkScope, 'tenant' | 'key' | 'fingerprint'>, claim: Promise<T>): Promise<T> {
     const id = localId(work);

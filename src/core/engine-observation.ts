@@ -4,23 +4,13 @@ import type { EngineObserver, IdempotencyOutcome } from './observer.js';
 import { outcomeOfError, storeFailure } from './outcomes.js';
 import type { EngineOutcome, WorkScope } from './work.js';
 
-/*
- * The engine's spans and events: one span around each execution with its
- * outcome event, and one around each store call the lifecycle makes. They
- * name the route and the attempt, never the key, the tenant or the body.
- */
-
 /** What an execution learnt on its way, for its outcome event. */
 export interface Trace {
   attempt?: number;
   failure?: 'released' | 'kept';
 }
 
-/**
- * One span around the execution, and one outcome event when it ends. The
- * span and the event name the route and the attempt, never the key, the
- * tenant or the body.
- */
+/** One span around the execution, and one outcome event when it ends: the route and attempt, never key, tenant or body. */
 export function observeExecution<R>(
   observer: EngineObserver,
   work: WorkScope,
