@@ -1,6 +1,7 @@
 import type { EngineObserver, IdempotencyEvent, SpanAttributes } from '../core/observer.js';
 import type { IdempotencyEvents } from './events.js';
 import type { OtelApi, OtelInstruments, OtelTracer } from './otel-api.js';
+import { recordSweepOrOutbox } from './sweep-and-outbox-metrics.js';
 
 /**
  * The engine's observer when `@opentelemetry/api` is installed (made by
@@ -46,7 +47,7 @@ export class OpenTelemetryObserver implements EngineObserver {
   }
 
   private record(event: IdempotencyEvent): void {
-    const { outcomes, executionDuration, claimDuration, sweepRuns, swept, sweepDuration, outbox } = this.instruments;
+    const { outcomes, executionDuration, claimDuration } = this.instruments;
     switch (event.type) {
       case 'outcome':
         outcomes.add(1, { outcome: event.outcome, route: event.route });
@@ -55,24 +56,12 @@ export class OpenTelemetryObserver implements EngineObserver {
       case 'claim':
         claimDuration.record(event.durationMs, { state: event.state, route: event.route });
         return;
-      case 'sweep':
-        sweepRuns.add(1, { ran: event.ran, failed: event.failed });
-        if (event.deleted > 0) swept.add(event.deleted);
-        if (event.ran) sweepDuration.record(event.durationMs);
-        return;
-      case 'outbox':
-        for (const result of ['delivered', 'retried', 'deadLettered', 'timedOut', 'unsettled'] as const) {
-          if (event[result] > 0) outbox.add(event[result], { result });
-        }
-        return;
+      default:
+        recordSweepOrOutbox(event, this.instruments);
     }
   }
 
-  /**
-   * Whether an SDK's tracer provider is registered now (it may be after the
-   * module starts). Without one every span is a no-op, but still costs a
-   * context switch, closures and promises per request: skipped then.
-   */
+  /** Whether an SDK's tracer provider is registered now (perhaps only after start-up): else spans are skipped, not no-ops. */
   private tracing(): boolean {
     const provider = this.api.trace.getTracerProvider();
     return typeof provider.getDelegate !== 'function' || provider.getDelegate() !== this.noopProvider;
