@@ -1,53 +1,22 @@
+import {
+  enumeratesAsSorted,
+  LONE_SURROGATE,
+  MAX_FINGERPRINT_DEPTH,
+  NONE_BY_HAND,
+  OrderedMembers,
+  PIECE_CHARS,
+  type KeyOrder,
+  type Prepared,
+} from './canonical-json-rules.js';
 import { UnrepresentableInputError } from './errors.js';
-
-// The walk behind `canonicalJson` (fingerprint.ts): what makes plain JSON data ready for the engine's serializer, and
-// what must be written by hand (see canonical-json-writers.ts).
-
-/**
- * Deepest nesting of arrays and objects a fingerprinted value may have. Far
- * past any real request body, and far short of what would overflow the stack
- * of the recursive canonical form (a few thousand levels).
- */
-export const MAX_FINGERPRINT_DEPTH = 128;
-
-/**
- * About how many characters of canonical text a piece holds: a value
- * estimated larger is written in pieces, and hashing takes the text in
- * pieces of about this length. Well under the size at which the engine
- * gives a string (and Node's hash a UTF-8 buffer) pages of its own.
- */
-export const PIECE_CHARS = 16 * 1024;
-
-/**
- * An object that a fresh plain object cannot hold in canonical key order:
- * its keys in that order and their canonical values, written key by key.
- */
-export class OrderedMembers {
-  constructor(
-    readonly keys: readonly string[],
-    readonly values: readonly unknown[],
-  ) {}
-}
-
-/** The keys of one object shape: their canonical order, and how an object with them is written. */
-interface KeyOrder {
-  keys: readonly string[];
-  /** The keys sorted by UTF-16 code units (`keys` itself when they already are). */
-  sorted: readonly string[];
-  /** `Object.keys` is already the canonical order: `JSON.stringify` writes the object as it is. */
-  inOrder: boolean;
-  /** A fresh plain object with `sorted` assigned in that order enumerates them in that order. */
-  copyable: boolean;
-}
 
 /** Marks a value the walk found is not plain JSON data. */
 const NOT_PLAIN: unique symbol = Symbol('not plain JSON data');
 
 /**
- * The walk of `writeCanonical` over plain JSON data: the value to serialize
- * (see there), and the containers `emit` must write itself (each with its
- * estimated length): the large ones, `OrderedMembers`, and any holding one.
- * Undefined for anything that is not plain data.
+ * The walk behind `canonicalJson` (fingerprint.ts) over plain JSON data: the value for the engine's serializer,
+ * and the containers `emit` (canonical-json-writers.ts) must write itself, each with its estimated length: the
+ * large ones, `OrderedMembers`, and any holding one. Undefined for anything that is not plain data.
  */
 export function prepare(root: unknown): Prepared | undefined {
   // Made only for a value that needs it: most bodies are small, and are written in one piece.
@@ -152,19 +121,6 @@ function sameKeys(a: readonly string[], b: readonly string[]): boolean {
   return true;
 }
 
-/** What `prepare` gives: the value to serialize, and the containers to write by hand. */
-export interface Prepared {
-  value: unknown;
-  byHand: ByHand;
-}
-
-/** Containers `emit` writes itself, each with its estimated length of text. */
-export type ByHand = ReadonlyMap<object, number>;
-export const NONE_BY_HAND: ByHand = new Map();
-
-/** Integer-like keys (a superset of array indices, which every object enumerates first, in numeric order). */
-const INTEGER_LIKE = /^(?:0|[1-9][0-9]*)$/;
-
 function keyOrder(keys: string[]): KeyOrder {
   let inOrder = true;
   for (let i = 0; i < keys.length; i++) {
@@ -178,26 +134,3 @@ function keyOrder(keys: string[]): KeyOrder {
   const copyable = !keys.includes('__proto__') && (inOrder || enumeratesAsSorted(sorted));
   return { keys, sorted, inOrder, copyable };
 }
-
-/**
- * Whether a fresh object given `sorted` in that order enumerates them so:
- * it lists array-index keys first, in numeric order, then the others as
- * assigned. True when every integer-like key comes before the others and
- * they ascend numerically (integer-like is broader than array index, so
- * this errs only towards writing an object key by key).
- */
-function enumeratesAsSorted(sorted: readonly string[]): boolean {
-  let named = false;
-  let previous = -1;
-  for (const key of sorted) {
-    if (INTEGER_LIKE.test(key)) {
-      const index = Number(key);
-      if (named || index <= previous) return false;
-      previous = index;
-    } else named = true;
-  }
-  return true;
-}
-
-/** Why a string (or a key) has no canonical form. */
-export const LONE_SURROGATE = 'a string holds a lone surrogate (half of a UTF-16 pair)';

@@ -7,7 +7,7 @@ import {
   PIECE_CHARS,
   type ByHand,
   type Prepared,
-} from './canonical-json-walk.js';
+} from './canonical-json-rules.js';
 
 // The writers behind `canonicalJson` (fingerprint.ts) for what one `JSON.stringify` of the prepared value cannot
 // write: large values in pieces, objects whose keys a fresh object cannot hold in order, and anything that is not
@@ -53,6 +53,22 @@ export function writeCanonical(value: unknown, prepared: Prepared | undefined, o
     return;
   }
   if (!emit(prepared.value, prepared.byHand, out)) throw new UnrepresentableInputError('the value has no JSON representation');
+}
+
+/** Hashes the canonical JSON of `value` in pieces (see `writeCanonical`). */
+export function hashInPieces(hash: Hash, value: unknown, prepared: Prepared | undefined): void {
+  const chunks = new HashChunks(hash);
+  writeCanonical(value, prepared, chunks.write);
+  chunks.flush();
+}
+
+/** The canonical JSON of `value`, written in pieces (see `writeCanonical`) and joined. */
+export function textInPieces(value: unknown, prepared: Prepared | undefined): string {
+  let text = '';
+  writeCanonical(value, prepared, (part) => {
+    text += part;
+  });
+  return text;
 }
 
 /** Feeds a hash pieces of text, joined into chunks of about `PIECE_CHARS` (one `update` per tiny piece costs more). */

@@ -1,15 +1,14 @@
 import { createHash, type Hash } from 'node:crypto';
-import { NONE_BY_HAND, prepare } from './canonical-json-walk.js';
-import { HashChunks, writeCanonical } from './canonical-json-writers.js';
+import { NONE_BY_HAND } from './canonical-json-rules.js';
+import { prepare } from './canonical-json-walk.js';
+import { hashInPieces, textInPieces } from './canonical-json-writers.js';
 import { UnrepresentableInputError } from './errors.js';
 
-export { MAX_FINGERPRINT_DEPTH } from './canonical-json-walk.js';
+export { MAX_FINGERPRINT_DEPTH } from './canonical-json-rules.js';
 
 /**
- * What identifies "the same request" for one key. `route` is
- * the route that matched (its pattern, or a stand-in name), never the request
- * target as the client spelled it. `body` is whatever the platform parsed: a
- * JSON value, or raw bytes/text for other content types.
+ * What identifies "the same request" for one key. `route` is the route that matched (its pattern, or a stand-in
+ * name), never the target as the client spelled it; `body` is what the platform parsed: JSON, or raw bytes/text.
  */
 export interface FingerprintInput {
   method: string;
@@ -20,14 +19,11 @@ export interface FingerprintInput {
 }
 
 /**
- * SHA-256 (hex) over the RFC 8785 canonical form of method, route,
- * parameters, query and body, so JSON that differs only in key order or
- * whitespace fingerprints the same. Raw bodies are hashed as bytes, tagged so
- * that a string body can never collide with a JSON body of the same text.
+ * SHA-256 (hex) over the RFC 8785 canonical form of method, route, parameters, query and body, so JSON that differs
+ * only in key order or whitespace fingerprints the same. Raw bodies are hashed as bytes, tagged so that a string
+ * body never collides with a JSON body of the same text.
  *
- * @throws UnrepresentableInputError the body (or query) has no canonical
- *   form: a lone surrogate, a number out of range, nesting deeper than
- *   `MAX_FINGERPRINT_DEPTH`.
+ * @throws UnrepresentableInputError the body (or query) has no canonical form (see `canonicalJson`).
  */
 export function fingerprintRequest(input: FingerprintInput): string {
   const hash = createHash('sha256');
@@ -59,40 +55,23 @@ function updateWithBody(hash: Hash, body: unknown): void {
   } else {
     hash.update('json:');
     const prepared = prepare(body);
-    if (prepared?.byHand === NONE_BY_HAND) {
-      // Most bodies are small: one piece, hashed as it is.
-      hash.update(onePiece(prepared.value));
-    } else {
-      const chunks = new HashChunks(hash);
-      writeCanonical(body, prepared, chunks.write);
-      chunks.flush();
-    }
+    // Most bodies are small: one piece, hashed as it is.
+    if (prepared?.byHand === NONE_BY_HAND) hash.update(onePiece(prepared.value));
+    else hashInPieces(hash, body, prepared);
   }
 }
 
 /**
- * The RFC 8785 (JCS) canonical JSON of `value`: object keys sorted by UTF-16
- * code units at every depth, no whitespace, numbers and strings as
- * ECMAScript's JSON.stringify writes them.
+ * The RFC 8785 (JCS) canonical JSON of `value`: object keys sorted by UTF-16 code units at every depth, no
+ * whitespace, numbers and strings as JSON.stringify writes them. Matches the `canonicalize` package (a property
+ * test checks it) at a fraction of its CPU on large bodies: see `writeCanonical` (canonical-json-writers.ts).
  *
- * Written here rather than taken from the `canonicalize` package, whose
- * output it matches (a property test checks that): on a 1 MiB body the
- * package spent about 35 ms of CPU per request, mostly in a per-character
- * surrogate scan and string joins. See `writeCanonical`
- * (canonical-json-writers.ts) for how.
- *
- * @throws UnrepresentableInputError a lone surrogate, a non-finite number,
- *   a value with no JSON form (a BigInt, a function at the top), or nesting
- *   deeper than `MAX_FINGERPRINT_DEPTH`
+ * @throws UnrepresentableInputError a lone surrogate, a non-finite number, a value with no JSON form (a BigInt,
+ *   a function at the top), or nesting deeper than `MAX_FINGERPRINT_DEPTH`
  */
 export function canonicalJson(value: unknown): string {
   const prepared = prepare(value);
-  if (prepared?.byHand === NONE_BY_HAND) return onePiece(prepared.value);
-  let text = '';
-  writeCanonical(value, prepared, (part) => {
-    text += part;
-  });
-  return text;
+  return prepared?.byHand === NONE_BY_HAND ? onePiece(prepared.value) : textInPieces(value, prepared);
 }
 
 /** The canonical text of a prepared value that `JSON.stringify` writes whole (nothing to write by hand). */
