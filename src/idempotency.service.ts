@@ -3,7 +3,7 @@ import type { EntityManager } from 'typeorm';
 import type { ClaimMode, FailureDecision, WorkScope } from './core/idempotency-engine.js';
 import type { Phases } from './core/phases.js';
 import { fingerprintValue } from './core/fingerprint.js';
-import { tenantOrKeyError } from './core/key.js';
+import { tenantOrKeyError } from './core/tenant-or-key-error.js';
 import { IDEMPOTENCY_OPTIONS } from './idempotency.constants.js';
 import { type FailurePolicy, type ResolvedIdempotencyOptions, type Duration } from './idempotency.options.js';
 import { resolveRouteOptions } from './resolve-options.js';

@@ -1,6 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { IdempotencyInputError } from './errors.js';
-import { parseIdempotencyKey, redactKey, tenantOrKeyError, unusableIdentifier } from './key.js';
+import { parseIdempotencyKey, redactKey, unusableIdentifier } from './key.js';
+import { tenantOrKeyError } from './tenant-or-key-error.js';
 
 describe('parseIdempotencyKey', () => {
   const ok = (values: string[], max = 255) => parseIdempotencyKey(values, max);

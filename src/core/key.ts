@@ -1,5 +1,4 @@
-import { parseItem } from 'structured-headers';
-import { IdempotencyInputError } from './errors.js';
+import { parseSfString } from './sf-string.js';
 
 /** Why a key header was refused; each maps to one problem type. */
 export type KeyRejection = 'missing' | 'empty' | 'repeated' | 'malformed' | 'too-long' | 'invalid-characters';
@@ -9,13 +8,11 @@ export type KeyParseResult = { ok: true; key: string } | { ok: false; reason: Ke
 const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
 
 /**
- * Reads an Idempotency-Key header value: a bare token of
- * visible ASCII without commas, or an RFC 8941 sf-string. The key is returned
- * exactly as sent (after unquoting): never trimmed or case-folded.
+ * Reads an Idempotency-Key header value: a bare token of visible ASCII without commas, or an RFC 8941 sf-string.
+ * The key is returned exactly as sent (after unquoting): never trimmed or case-folded.
  *
- * @param values every occurrence of the header on the request, in order; more
- *   than one is a client error even when the values agree, because proxies
- *   and clients disagree about which one wins.
+ * @param values every occurrence of the header, in order; more than one is a client error even when they agree,
+ *   because proxies and clients disagree about which one wins.
  */
 export function parseIdempotencyKey(values: readonly string[], maxLength: number): KeyParseResult {
   if (values.length === 0) return { ok: false, reason: 'missing', detail: 'The request has no idempotency key.' };
@@ -24,7 +21,6 @@ export function parseIdempotencyKey(values: readonly string[], maxLength: number
   }
   const raw = values[0];
   if (raw.length === 0) return { ok: false, reason: 'empty', detail: 'The idempotency key is empty.' };
-
   let key: string;
   if (raw.startsWith('"')) {
     const unquoted = parseSfString(raw);
@@ -46,14 +42,12 @@ export function parseIdempotencyKey(values: readonly string[], maxLength: number
     }
     key = raw;
   }
-
   return checkKey(key, maxLength);
 }
 
 /**
- * The key rules every transport applies, to a header's value once unquoted
- * and to a key read from a message or an argument as it is: not empty, at
- * most `maxLength` characters, visible ASCII only.
+ * The key rules every transport applies, to a header's value once unquoted and to a key read from a message or
+ * an argument as it is: not empty, at most `maxLength` characters, visible ASCII only.
  */
 export function checkKey(key: string, maxLength: number): KeyParseResult {
   if (key.length === 0) return { ok: false, reason: 'empty', detail: 'The idempotency key is empty.' };
@@ -70,26 +64,13 @@ export function checkKey(key: string, maxLength: number): KeyParseResult {
   return { ok: true, key };
 }
 
-function parseSfString(raw: string): string | undefined {
-  try {
-    const [value, params] = parseItem(raw);
-    if (typeof value !== 'string' || params.size > 0) return undefined;
-    return value;
-  } catch {
-    return undefined;
-  }
-}
-
 /** A UTF-16 surrogate outside a pair: with the `u` flag a pair is one code point, so only a lone one is in Cs. */
 const LONE_SURROGATE = /\p{Cs}/u;
 
 /**
- * Why `value` cannot be a tenant or a key, or undefined when it can. Only a
- * non-empty string that PostgreSQL text holds as it is passes: UTF-8 turns
- * a lone surrogate into U+FFFD (two keys would meet in the database but not
- * in this process), and text cannot hold a NUL. Nothing is converted, so a
- * Buffer never becomes text that another tenant's Buffer also becomes. The
- * reason never quotes the value.
+ * Why `value` cannot be a tenant or a key, or undefined when it can: only a non-empty string that PostgreSQL text
+ * holds as it is (UTF-8 turns a lone surrogate into U+FFFD, so two keys would meet in the database but not here;
+ * text cannot hold a NUL). Nothing is converted, so no Buffer becomes another tenant's text. Never quotes the value.
  */
 export function unusableIdentifier(value: unknown): string | undefined {
   if (typeof value !== 'string') return `is ${typeName(value)}, not a string`;
@@ -99,27 +80,13 @@ export function unusableIdentifier(value: unknown): string | undefined {
   return undefined;
 }
 
-/**
- * The error for a tenant or key of `IdempotencyService.run` (which every
- * entry point and `execute()` go through) that cannot be used, or undefined.
- */
-export function tenantOrKeyError(tenant: unknown, key: unknown): IdempotencyInputError | undefined {
-  const tenantReason = unusableIdentifier(tenant);
-  if (tenantReason) return new IdempotencyInputError('tenant', tenantReason);
-  const keyReason = unusableIdentifier(key);
-  return keyReason ? new IdempotencyInputError('key', keyReason) : undefined;
-}
-
 function typeName(value: unknown): string {
   if (value === null || value === undefined) return String(value);
   if (typeof value !== 'object') return `a ${typeof value}`;
   return `an object (${(value as object).constructor?.name ?? 'without a prototype'})`;
 }
 
-/**
- * A key as it may appear in a log line: enough to correlate, not enough to
- * replay someone else's request.
- */
+/** A key as it may appear in a log line: enough to correlate, not enough to replay someone else's request. */
 export function redactKey(key: string): string {
   return key.length <= 4 ? '****' : `${key.slice(0, 4)}…(${key.length})`;
 }
