@@ -1,4 +1,4 @@
-import { parseSfString } from './sf-string.js';
+import { unquotedKey } from './malformed-key.js';
 
 /** Why a key header was refused; each maps to one problem type. */
 export type KeyRejection = 'missing' | 'empty' | 'repeated' | 'malformed' | 'too-long' | 'invalid-characters';
@@ -21,27 +21,8 @@ export function parseIdempotencyKey(values: readonly string[], maxLength: number
   }
   const raw = values[0];
   if (raw.length === 0) return { ok: false, reason: 'empty', detail: 'The idempotency key is empty.' };
-  let key: string;
-  if (raw.startsWith('"')) {
-    const unquoted = parseSfString(raw);
-    if (unquoted === undefined) {
-      return {
-        ok: false,
-        reason: 'malformed',
-        detail: 'The idempotency key starts with a quote but is not a single RFC 8941 string without parameters.',
-      };
-    }
-    key = unquoted;
-  } else {
-    if (raw.includes(',')) {
-      return {
-        ok: false,
-        reason: 'malformed',
-        detail: 'The idempotency key contains a comma: send one key, or quote it as an RFC 8941 string.',
-      };
-    }
-    key = raw;
-  }
+  const key = raw.startsWith('"') || raw.includes(',') ? unquotedKey(raw) : raw;
+  if (typeof key !== 'string') return key;
   return checkKey(key, maxLength);
 }
 
