@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { ClaimRequest, ClaimResult, IdempotencyStore, StoredResponse } from './idempotency-store.js';
 import type { Claimed, Held, LocalExecution } from './held.js';
 import { limitHold } from './hold-limit.js';
+import { renewLease } from './lease-renewal.js';
 import type { ClaimInfo, WorkScope } from './work.js';
 
 /** A claim of `work`'s key by a new attempt, with an owner token of its own. */
@@ -80,35 +81,13 @@ export class HeldKeys<Tx> {
     if (running) running.held.leaseEndsAt = 0;
   }
 
-  /**
-   * Renews the lease every third of it while the work runs, for at most `maxHoldMs` from the claim (a hung
-   * handler must not hold its key and connection for ever). A renewal that finds the key taken stops the beat;
-   * one that cannot reach the store is tried at the next beat: the lease decides.
-   */
+  /** Renews the lease every third of it while the work runs (see lease-renewal.ts), for at most `maxHoldMs`. */
   private heartbeat(held: Held, work: WorkScope, onHoldExceeded: () => void): (() => void) | undefined {
     if (!this.store.renewLease) return undefined;
     const { leaseMs } = work;
     const holdEndsAt = held.leaseEndsAt - leaseMs + (work.maxHoldMs ?? leaseMs * 10);
     const timer = setInterval(
-      () => {
-        const sentAt = Date.now();
-        if (sentAt + leaseMs > holdEndsAt) {
-          clearInterval(timer);
-          onHoldExceeded();
-          return;
-        }
-        this.store.renewLease!(held.ref, leaseMs).then(
-          (ours) => {
-            if (ours) held.leaseEndsAt = sentAt + leaseMs;
-            else {
-              // Taken over or released: duplicates here must ask the store (which lets them take over), not get 409.
-              held.leaseEndsAt = 0;
-              clearInterval(timer);
-            }
-          },
-          () => undefined,
-        );
-      },
+      () => renewLease(this.store, held, leaseMs, holdEndsAt, timer, onHoldExceeded),
       Math.max(20, Math.floor(leaseMs / 3)),
     );
     // A pending renewal must not keep a process alive that is otherwise done.
