@@ -28,10 +28,7 @@ export function heldBy(work: WorkScope, request: ClaimRequest, claim: Extract<Cl
   };
 }
 
-/**
- * The keys this process holds while their work runs: visible to duplicates
- * arriving here, kept alive by the heartbeat, and bounded by `maxHoldMs`.
- */
+/** The keys this process holds while their work runs: visible to duplicates here, kept alive, bounded by `maxHoldMs`. */
 export class HeldKeys<Tx> {
   private readonly local = new Map<string, LocalExecution>();
 

@@ -4,10 +4,8 @@ import type { OtelApi, OtelInstruments, OtelTracer } from './otel-api.js';
 import { recordSweepOrOutbox } from './sweep-and-outbox-metrics.js';
 
 /**
- * The engine's observer when `@opentelemetry/api` is installed (made by
- * `createEngineObserver`): each event recorded in the metrics and handed to
- * the typed event hook, and spans while an SDK's tracer provider is
- * registered.
+ * The engine's observer when `@opentelemetry/api` is installed (see `createEngineObserver`): each event recorded in
+ * the metrics and handed to the typed event hook, and spans while an SDK's tracer provider is registered.
  */
 export class OpenTelemetryObserver implements EngineObserver {
   /** What the API's global provider delegates to while no SDK is registered (a fresh proxy has no delegate). */
