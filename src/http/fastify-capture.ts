@@ -60,7 +60,7 @@ export class FastifyReplyCapture implements ResponseCapture {
     private readonly settings: CaptureSettings,
   ) {
     this.stored = storedHeaderNames(settings.replayHeaders);
-    this.guard = WireCapture.attach(reply.raw, settings);
+    this.guard = new WireCapture(reply.raw, settings);
     this.guard.onceSent(() => {
       if (this.held || this.settled) return;
       this.viaRaw = true;

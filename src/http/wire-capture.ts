@@ -30,7 +30,7 @@ export class WireCapture implements ResponseCapture {
   private listeners: Array<() => void> = [];
   refusal?: Error;
 
-  private constructor(
+  constructor(
     private readonly res: ServerResponse,
     private readonly settings: CaptureSettings,
   ) {
@@ -52,11 +52,6 @@ export class WireCapture implements ResponseCapture {
       else this.notify();
       return res;
     }) as ServerResponse['end'];
-  }
-
-  /** Starts holding `res`. */
-  static attach(res: ServerResponse, settings: CaptureSettings): WireCapture {
-    return new WireCapture(res, settings);
   }
 
   sent(timeoutMs: number): Promise<StoredResponse> {
@@ -164,12 +159,9 @@ export class WireCapture implements ResponseCapture {
 }
 
 /**
- * The body's own headers: stored whenever the application set them, and
- * removed from the answer a replacement goes out in, so none of the response
- * it replaces survive. `Content-Encoding` is among them because the capture
- * sits before the platform's compression: one set by then was set by the
- * application on bytes it encoded itself, and those bytes mean nothing
- * without it.
+ * The body's own headers: always stored, and removed from the answer a
+ * replacement goes out in. `Content-Encoding` too: the capture sits before
+ * compression, so one set by then is on bytes the app encoded itself.
  */
 const BODY_HEADERS = ['content-type', 'content-encoding', 'etag', 'location', 'content-location'] as const;
 const storedNamesOf = new WeakMap<ReadonlySet<string>, ReadonlySet<string>>();

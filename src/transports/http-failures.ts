@@ -36,7 +36,7 @@ export class FailedAfterHandlerError extends Error {
   }
 }
 
-/** Reads a failure of the handler, once its writes rolled back (see `NestTransport.readFailure`). */
+/** Reads a failure of the handler, once its writes rolled back (see `Transport.readFailure`). */
 export async function readHttpFailure(error: unknown, { wire, out, route }: HttpFailureScope): Promise<FailureReading> {
   if (error instanceof UnreplayableResponseError) return { action: 'release' };
   if (error instanceof ResponseNotSentError) return { action: 'keep' };
@@ -53,7 +53,7 @@ export async function readHttpFailure(error: unknown, { wire, out, route }: Http
   return { definite: isDefinite(error, sent.status), response: async () => sent };
 }
 
-/** Answers an error of the engine (409, 422, 503, ...), or the app's own (see `NestTransport.fail`). */
+/** Answers an error of the engine (409, 422, 503, ...), or the app's own (see `Transport.fail`). */
 export function failHttp(error: unknown, key: string, scope: HttpFailureScope): void {
   const { wire, out, runtime, route } = scope;
   const problem = problemFor(error, key, scope) ?? (wire.refusal ? problemFor(wire.refusal, key, scope) : undefined);

@@ -1,7 +1,6 @@
 import { StreamableFile, type CallHandler, type ExecutionContext } from '@nestjs/common';
 import type { HttpArgumentsHost } from '@nestjs/common/interfaces/index.js';
 import type { Observable, Subscriber } from 'rxjs';
-import { CommitRefusedError } from '../core/errors.js';
 import { fingerprintRequest } from '../core/fingerprint.js';
 import { parseIdempotencyKey } from '../core/key.js';
 import type { FailureReading } from '../core/outcomes.js';
@@ -14,8 +13,8 @@ import { fingerprintInput, headerValues, isFastifyReply, serverResponse } from '
 import type { ResponseCapture } from '../http/response-capture.js';
 import type { RouteSettings } from '../http/route-settings.js';
 import { WireCapture } from '../http/wire-capture.js';
-import { REPLAYED_HEADER } from '../idempotency.constants.js';
 import { FailedAfterHandlerError, failHttp, readHttpFailure } from './http-failures.js';
+import { answerStored } from './http-stored-answer.js';
 import { OnceSubscriber } from './once-subscriber.js';
 import type { IdempotencyRuntime } from './run-idempotent.js';
 import type { Done, Transport } from './transport.js';
@@ -48,7 +47,7 @@ export class HttpTransport implements Transport {
     this.wire =
       isFastifyReply(response) && hasCaptureHook(response)
         ? new FastifyReplyCapture(response, settings)
-        : WireCapture.attach(serverResponse(response), settings);
+        : new WireCapture(serverResponse(response), settings);
     this.out = new OnceSubscriber(subscriber);
   }
 
@@ -84,18 +83,8 @@ export class HttpTransport implements Transport {
   }
 
   answer(outcome: EngineOutcome<unknown>): void {
-    if (outcome.kind === 'replayed') {
-      // Set now, so the app's outer interceptors can tell a replay from the response they are handed.
-      serverResponse(this.http.getResponse()).setHeader(REPLAYED_HEADER, 'true');
-      this.wire.replace(outcome.response, [[REPLAYED_HEADER, 'true']]);
-      // Nest still runs the app's outer interceptors and sends; the wire swaps in the stored bytes.
-      this.out.emit(undefined);
-    } else if (outcome.kind === 'failure-stored' && outcome.error instanceof CommitRefusedError) {
-      // What the wire holds is the success that never committed; the stored answer goes out instead.
-      this.wire.replace(outcome.response);
-    } else {
-      this.wire.release();
-    }
+    if (outcome.kind === 'executed') this.wire.release();
+    else answerStored(outcome, this.wire, this.out, this.http.getResponse());
   }
 
   fail(error: unknown, key: string): void {

@@ -1,4 +1,4 @@
-import { HttpException, Inject, Injectable, Logger, Optional, type ExecutionContext } from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional, type ExecutionContext } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 import { asWorkManager, type SourceDataSource } from '../store/connection.js';
 import { CompletedAnswers } from '../core/completed-answers.js';
@@ -18,6 +18,7 @@ import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { IDEMPOTENCY_TRANSACTION_MANAGER, type AppTransactionManager } from '../transaction/app-transaction-manager.js';
 import { idempotencyContext, type IdempotencyExecutionContext } from '../transaction/idempotency-context.js';
 import { executePhased } from './phased-execution.js';
+import { tenantFailed } from './tenant-failed.js';
 import type { Done, Transport } from './transport.js';
 
 /**
@@ -82,10 +83,9 @@ export async function runIdempotent<R>(
 }
 
 /**
- * What every idempotent execution of the app shares: the options, the
- * engine over the store, and the request context the work runs in (the
- * transaction `TransactionHost` gives, joined to the app's own transaction
- * manager when there is one).
+ * What every idempotent execution shares: the options, the engine, and the
+ * request context the work runs in (the transaction `TransactionHost` gives,
+ * joined to the app's own transaction manager when there is one).
  */
 @Injectable()
 export class IdempotencyRuntime {
@@ -141,31 +141,24 @@ export class IdempotencyRuntime {
   /**
    * The tenant of a request, or a problem 500 that fails it closed (logged):
    * there is no shared scope to fall back on, and a tenant the store could not
-   * hold as it is (an empty string, a Buffer, a lone surrogate, a NUL) is no
-   * tenant either. An `HttpException` from the resolver (a 401) goes out as it
-   * is. A resolver that answers at once is answered at once (no promise).
+   * hold as it is (empty, a Buffer, a lone surrogate, a NUL) is no tenant
+   * either. A resolver that answers at once is answered at once (no promise).
    */
   tenantOf(context: ExecutionContext, routeName: string): string | Promise<string> {
     let tenant: unknown;
     try {
       tenant = this.options.tenant(context);
     } catch (error) {
-      throw this.tenantFailed(error, routeName);
+      throw tenantFailed(this.logger, error, routeName);
     }
     if (isThenable(tenant))
       return Promise.resolve(tenant).then(
         (resolved: unknown) => this.checkedTenant(resolved, routeName),
         (error: unknown) => {
-          throw this.tenantFailed(error, routeName);
+          throw tenantFailed(this.logger, error, routeName);
         },
       );
     return this.checkedTenant(tenant, routeName);
-  }
-
-  private tenantFailed(error: unknown, routeName: string): unknown {
-    if (error instanceof HttpException) return error;
-    this.logger.error(messages.log.tenantFailed(routeName), error instanceof Error ? error.stack : String(error));
-    return problems.tenantUnresolved();
   }
 
   private checkedTenant(tenant: unknown, routeName: string): string {
