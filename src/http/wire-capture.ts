@@ -10,13 +10,10 @@ type WireMethods = Pick<ServerResponse, 'writeHead' | 'write' | 'end'>;
 const WIRE_METHODS = ['writeHead', 'write', 'end'] as const;
 
 /**
- * Holds one HTTP response where the application writes it to Node's
- * `ServerResponse` (Express's response), by wrapping `writeHead`, `write` and
- * `end` on that one object: after every interceptor, serializer and exception
- * filter, and before the app's middleware that wrapped them earlier
- * (`compression`, a digest, the session's cookie). Released or replaced, the
- * bytes go through that middleware as any other answer does. Under Fastify it
- * only guards `reply.raw` (see `FastifyReplyCapture`).
+ * Holds a response by wrapping `writeHead`, `write` and `end` on Node's
+ * `ServerResponse`: after the app's interceptors and filters, before the
+ * middleware that wrapped them earlier (`compression`, the session's cookie),
+ * which the bytes then go through as any answer's do. Fastify: see `FastifyReplyCapture`.
  */
 export class WireCapture implements ResponseCapture {
   private readonly original: Partial<Record<keyof WireMethods, unknown>> = {};

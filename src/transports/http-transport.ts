@@ -20,10 +20,8 @@ import type { IdempotencyRuntime } from './run-idempotent.js';
 import type { Done, Transport } from './transport.js';
 
 /**
- * An HTTP route: the key from its header, the response held where the
- * platform sends it (after every interceptor, serializer and exception filter
- * of the app, before content encoding), so what is stored and replayed is
- * what the client got, and let go only once its outcome is committed.
+ * An HTTP route: the key from its header; the response held where the platform
+ * sends it (see `ResponseCapture`), so what is stored is what the client got.
  */
 export class HttpTransport implements Transport {
   private readonly http: HttpArgumentsHost;

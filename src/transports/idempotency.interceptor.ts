@@ -11,11 +11,7 @@ import { IdempotencyRuntime, runIdempotent } from './run-idempotent.js';
 /** Requests, deliveries and field resolutions seen: class- and method-level `@Idempotent()` both apply this interceptor. */
 const handled = new WeakSet<object>();
 
-/**
- * The one interceptor of every `@Idempotent()` handler: finds the route's
- * settings and hands the request to the transport of its context type, which
- * `runIdempotent` drives.
- */
+/** The interceptor of every `@Idempotent()` handler: the route's settings, its context type's transport, `runIdempotent`. */
 @Injectable()
 export class IdempotencyInterceptor implements NestInterceptor {
   // Optional, so an app without IdempotencyModule.forRoot() gets a message that says so, not Nest's dependency error.
