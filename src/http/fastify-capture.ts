@@ -1,17 +1,9 @@
 import type { StoredResponse } from '../core/idempotency-store.js';
-import { applyToReply, type Replacement } from './replacement.js';
-import {
-  hasBody,
-  ResponseNotSentError,
-  storedHeaderNames,
-  storedPairs,
-  type CaptureSettings,
-  type ExtraHeaders,
-  type ResponseCapture,
-} from './response-capture.js';
-import { ResponseTooLargeError, UnreplayableResponseError } from './unreplayable.js';
-import { WireCapture } from './wire-capture.js';
-import type { FastifyReplyLike } from './fastify-reply.js';
+import { ResponseNotSentError, ResponseTooLargeError, UnreplayableResponseError } from './capture-errors.js';
+import type { FastifyReplyLike } from './platform-types.js';
+import { applyToReply, hasBody, type Replacement } from './replacement.js';
+import type { CaptureSettings, ExtraHeaders, ResponseCapture } from './response-capture.js';
+import { storedHeaderNames, storedPairs, WireCapture } from './wire-capture.js';
 
 export type OnSendDone = (error: Error | null, payload?: unknown) => void;
 
@@ -29,13 +21,11 @@ export function hasCaptureHook(reply: FastifyReplyLike): boolean {
 }
 
 /**
- * The module's `onSend` hook: where a held reply waits for its key's outcome.
- * Fastify calls `onSend` hooks with the serialized payload and in the order
- * they were added, and `@fastify/compress` adds its own to each route, after
- * all of them: the payload this hook sees is the body before any content
- * encoding, and whatever it lets through (the app's payload, or a stored one
- * in its place) goes through the hooks after it (compression for the
- * request's `Accept-Encoding`, a digest, the cookie plugin's `Set-Cookie`)
+ * The module's `onSend` hook, where a held reply waits for its key's outcome.
+ * Fastify runs `onSend` hooks in the order added, and `@fastify/compress`
+ * adds its own per route, after all of them: this hook sees the body before
+ * any content encoding, and what it lets through (the app's payload or a
+ * stored one) goes through the later hooks (compression, a digest, cookies)
  * like any other answer.
  */
 export function captureOnSend(_request: unknown, reply: object, payload: unknown, done: OnSendDone): void {
@@ -45,16 +35,12 @@ export function captureOnSend(_request: unknown, reply: object, payload: unknown
 }
 
 /**
- * Holds a Fastify reply in Fastify's own pipeline rather than at
- * `reply.raw`: at `onSend`, where the payload is serialized but not yet
- * encoded, and where headers are still Fastify's (a `Set-Cookie` array is
- * kept one header per cookie).
- *
- * A replacement (a replay, the module's problem) is put in at `reply.send`
- * when Nest sends, so every `onSend` hook of the app, wherever it was added,
- * sees the bytes actually sent; one that comes after the app has sent is put
- * in by the hook. Anything the app writes to `reply.raw` itself is held by a
- * `WireCapture` there, so it cannot reach the client before the commit either.
+ * Holds a Fastify reply at `onSend`, where the payload is serialized but not
+ * encoded and headers are still Fastify's (a `Set-Cookie` array stays one
+ * header per cookie). A replacement (a replay, the module's problem) goes in
+ * at `reply.send` when Nest sends, so every `onSend` hook of the app sees the
+ * bytes actually sent; one that comes after the app has sent is put in by the
+ * hook. What the app writes to `reply.raw` itself is held by a `WireCapture`.
  */
 export class FastifyReplyCapture implements ResponseCapture {
   private readonly stored: ReadonlySet<string>;
@@ -74,7 +60,7 @@ export class FastifyReplyCapture implements ResponseCapture {
     private readonly settings: CaptureSettings,
   ) {
     this.stored = storedHeaderNames(settings.replayHeaders);
-    this.guard = WireCapture.attach(reply.raw, settings);
+    this.guard = new WireCapture(reply.raw, settings);
     this.guard.onceSent(() => {
       if (this.held || this.settled) return;
       this.viaRaw = true;
@@ -191,8 +177,7 @@ export class FastifyReplyCapture implements ResponseCapture {
     this.settled = true;
     this.listeners = [];
     captures.delete(this.reply);
-    // The prototype's `send` is assigned back rather than the own one deleted, which would turn the reply into a
-    // dictionary-mode object (slower property reads in Fastify for the rest of the reply).
+    // Assigned back, not deleted: deleting turns the reply into a dictionary-mode object (slower property reads).
     if (this.ownSend) Object.defineProperty(this.reply, 'send', this.ownSend);
     else this.reply.send = this.inheritedSend;
     // Nothing was written to reply.raw: releasing the guard only unwraps it, for Fastify to write.

@@ -1,7 +1,8 @@
 import type { ServerResponse } from 'node:http';
 import type { StoredResponse } from '../core/idempotency-store.js';
-import { hasBody, type ExtraHeaders } from './response-capture.js';
-import type { FastifyReplyLike } from './fastify-reply.js';
+import type { FastifyReplyLike } from './platform-types.js';
+import type { ExtraHeaders } from './response-capture.js';
+import { headerEntries } from './write-head-headers.js';
 
 /*
  * A response sent in place of the one the application made (a replay, the
@@ -17,18 +18,22 @@ export interface Replacement {
 }
 
 /**
- * Sends `replacement` on Node's response (Express), whose head is not sent
- * yet. `heldHead` are the headers the app gave its held `writeHead` call, set
- * first as they would have been; `stored` the names a replacement's take the
- * place of.
+ * Sends `replacement` on Node's response (Express). `writeHeadCall` is the
+ * app's held `writeHead` call, whose headers are set first as they would have
+ * been; `stored` the names a replacement's take the place of.
  */
 export function sendOnResponse(
   res: ServerResponse,
-  heldHead: Map<string, [string, string | string[]]>,
+  writeHeadCall: unknown[] | undefined,
   stored: ReadonlySet<string>,
   { response, headers }: Replacement,
 ): void {
-  for (const [name, value] of heldHead.values()) res.setHeader(name, value);
+  if (res.headersSent) {
+    // Something flushed the head already; all that can be done is to end it.
+    res.end();
+    return;
+  }
+  for (const [name, value] of headerEntries(writeHeadCall).values()) res.setHeader(name, value);
   for (const name of headersReplacedBy(stored)) res.removeHeader(name);
   const body = response.body;
   const length = body && body.length > 0 && hasBody(response.status) ? body.length : undefined;
@@ -83,4 +88,9 @@ function groupHeaders(pairs: Iterable<[string, string]>): Array<[string, string 
     else current[1] = [...(Array.isArray(current[1]) ? current[1] : [current[1]]), value];
   }
   return [...grouped.values()];
+}
+
+/** Statuses that never carry a body (RFC 9110). */
+export function hasBody(status: number): boolean {
+  return !(status === 204 || status === 304 || (status >= 100 && status < 200));
 }

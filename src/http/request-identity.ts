@@ -1,22 +1,6 @@
 import type { ServerResponse } from 'node:http';
 import type { FingerprintInput } from '../core/fingerprint.js';
-
-/**
- * The parts of an Express request or a Fastify request the module reads.
- * Both platforms parse `params`, `query` and `body` before interceptors run.
- */
-export interface HttpRequest {
-  method: string;
-  body?: unknown;
-  params?: Record<string, unknown>;
-  query?: unknown;
-  rawHeaders?: string[];
-  raw?: { rawHeaders?: string[] };
-  /** Express: the route that matched. */
-  route?: { path?: unknown };
-  /** Fastify: the route that matched. */
-  routeOptions?: { url?: unknown };
-}
+import type { FastifyReplyLike, HttpRequest } from './platform-types.js';
 
 /** Every occurrence of the header, so a header sent twice is not silently joined into one value. */
 export function headerValues(request: HttpRequest, header: string): string[] {
@@ -30,12 +14,11 @@ export function headerValues(request: HttpRequest, header: string): string[] {
 }
 
 /**
- * What identifies the request for its fingerprint: the route
- * that matched (its pattern, not the target as the client spelled it, so an
- * absolute-form target, a trailing `?`, or a trailing slash or letter case
- * the router ignores change nothing), its parameters, the parsed query and
- * the parsed body. `routeName` stands in for the pattern where the platform
- * does not expose one.
+ * What identifies the request for its fingerprint: the route that matched
+ * (its pattern, not the target as the client spelled it, so an absolute-form
+ * target, a trailing `?`, or a trailing slash or letter case the router
+ * ignores change nothing), its parameters, the parsed query and body.
+ * `routeName` stands in for the pattern where the platform exposes none.
  */
 export function fingerprintInput(request: HttpRequest, routeName: string): FingerprintInput {
   const pattern = request.routeOptions?.url ?? request.route?.path;
@@ -52,4 +35,17 @@ export function fingerprintInput(request: HttpRequest, routeName: string): Finge
 export function serverResponse(response: unknown): ServerResponse {
   const raw = (response as { raw?: ServerResponse }).raw;
   return raw && typeof raw.setHeader === 'function' ? raw : (response as ServerResponse);
+}
+
+/** Whether `response` is a Fastify reply (Nest hands interceptors the reply, not Node's response). */
+export function isFastifyReply(response: unknown): response is FastifyReplyLike {
+  const reply = response as Partial<FastifyReplyLike> | null;
+  return (
+    typeof reply === 'object' &&
+    reply !== null &&
+    typeof reply.raw?.setHeader === 'function' &&
+    typeof reply.send === 'function' &&
+    typeof reply.getHeaders === 'function' &&
+    typeof reply.server === 'object'
+  );
 }

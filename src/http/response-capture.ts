@@ -1,13 +1,5 @@
 import type { StoredResponse } from '../core/idempotency-store.js';
 
-/** Raised when the application has not sent a response within the time the capture waits for one. */
-export class ResponseNotSentError extends Error {
-  constructor(waitedMs: number) {
-    super(`The application sent no response within ${waitedMs} ms of the handler finishing.`);
-    this.name = 'ResponseNotSentError';
-  }
-}
-
 /** What a capture keeps of a response, and how much of it it may hold. */
 export interface CaptureSettings {
   /** Lower-case names of the response headers that are stored besides the body's own (the replay allowlist). */
@@ -47,51 +39,4 @@ export interface ResponseCapture {
   replace(response: StoredResponse, headers?: ExtraHeaders): void;
   /** Set when the response the application sent cannot be stored (too large, a stream): answer with a problem instead. */
   readonly refusal?: Error;
-}
-
-/**
- * The body's own headers: stored whenever the application set them, and
- * removed from the answer a replacement goes out in, so none of the response
- * it replaces survive. `Content-Encoding` is among them because the capture
- * sits before the platform's compression: one set by then was set by the
- * application on bytes it encoded itself, and those bytes mean nothing
- * without it.
- */
-export const BODY_HEADERS = ['content-type', 'content-encoding', 'etag', 'location', 'content-location'] as const;
-
-/** Each allowlist's stored names, made once rather than per request (the allowlist is the module's resolved option). */
-const storedNamesOf = new WeakMap<ReadonlySet<string>, ReadonlySet<string>>();
-
-/** The lower-case names of the headers a capture stores. */
-export function storedHeaderNames(replayHeaders: ReadonlySet<string>): ReadonlySet<string> {
-  let names = storedNamesOf.get(replayHeaders);
-  if (!names) {
-    names = new Set<string>([...BODY_HEADERS, ...replayHeaders]);
-    storedNamesOf.set(replayHeaders, names);
-  }
-  return names;
-}
-
-/**
- * The stored headers of a response as name/value pairs, one pair per value,
- * so a header sent several times is stored as sent and not joined. Names
- * keep the case and the order they were sent in (a replay must not differ
- * from the first answer even there); which are stored is decided without
- * regard to case.
- */
-export function storedPairs(headers: Iterable<[string, unknown]>, stored: ReadonlySet<string>): Array<[string, string]> {
-  const pairs: Array<[string, string]> = [];
-  for (const [name, value] of headers) {
-    if (!stored.has(name.toLowerCase()) || value === undefined || value === null) continue;
-    for (const one of Array.isArray(value) ? value : [value]) {
-      const text = String(one);
-      if (text !== '') pairs.push([name, text]);
-    }
-  }
-  return pairs;
-}
-
-/** Statuses that never carry a body (RFC 9110). */
-export function hasBody(status: number): boolean {
-  return !(status === 204 || status === 304 || (status >= 100 && status < 200));
 }

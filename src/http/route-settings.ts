@@ -13,13 +13,9 @@ export interface RouteSettings {
 type Handler = (...args: unknown[]) => unknown;
 
 /**
- * The settings of every idempotent route, worked out once at start-up by a
- * pass over the app's controllers (see `resolve-route-settings.ts`), so a
- * bad `@Idempotent({...})` stops the app instead of failing its first
- * request; a request only looks its route up.
- *
- * Settings are keyed by controller class and handler: a handler inherited by
- * two controllers is two routes, and one of them may skip idempotency.
+ * The settings of every idempotent route, worked out at start-up (see
+ * `resolve-route-settings.ts`) so a bad `@Idempotent({...})` stops the app,
+ * keyed by controller and handler: an inherited handler is a route per class.
  */
 @Injectable()
 export class IdempotentRoutes implements OnModuleInit {

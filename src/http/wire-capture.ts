@@ -1,33 +1,19 @@
 import type { ServerResponse } from 'node:http';
 import type { StoredResponse } from '../core/idempotency-store.js';
-import { sendOnResponse, type Replacement } from './replacement.js';
+import { ResponseNotSentError, ResponseTooLargeError } from './capture-errors.js';
+import { hasBody, sendOnResponse, type Replacement } from './replacement.js';
+import type { CaptureSettings, ExtraHeaders, ResponseCapture } from './response-capture.js';
 import { headerEntries } from './write-head-headers.js';
-import {
-  hasBody,
-  ResponseNotSentError,
-  storedHeaderNames,
-  storedPairs,
-  type CaptureSettings,
-  type ExtraHeaders,
-  type ResponseCapture,
-} from './response-capture.js';
-import { ResponseTooLargeError } from './unreplayable.js';
 
 type Call = unknown[];
 type WireMethods = Pick<ServerResponse, 'writeHead' | 'write' | 'end'>;
 const WIRE_METHODS = ['writeHead', 'write', 'end'] as const;
 
 /**
- * Holds one HTTP response at the point where the application writes it to
- * Node's `ServerResponse` (Express's response): after every interceptor,
- * serializer and exception filter, and before the app's middleware that
- * wrapped `write`/`end` earlier in the request (`compression`, a digest, the
- * session's cookie on `writeHead`). Released or replaced, the bytes go
- * through that middleware as any other answer does, so each answer is
- * encoded for its own request and carries the app's cookies.
- *
- * It wraps `writeHead`, `write` and `end` on that one object. Under Fastify
- * it only guards `reply.raw` (see `FastifyReplyCapture`).
+ * Holds a response by wrapping `writeHead`, `write` and `end` on Node's
+ * `ServerResponse`: after the app's interceptors and filters, before the
+ * middleware that wrapped them earlier (`compression`, the session's cookie),
+ * which the bytes then go through as any answer's do. Fastify: see `FastifyReplyCapture`.
  */
 export class WireCapture implements ResponseCapture {
   private readonly original: Partial<Record<keyof WireMethods, unknown>> = {};
@@ -41,7 +27,7 @@ export class WireCapture implements ResponseCapture {
   private listeners: Array<() => void> = [];
   refusal?: Error;
 
-  private constructor(
+  constructor(
     private readonly res: ServerResponse,
     private readonly settings: CaptureSettings,
   ) {
@@ -63,11 +49,6 @@ export class WireCapture implements ResponseCapture {
       else this.notify();
       return res;
     }) as ServerResponse['end'];
-  }
-
-  /** Starts holding `res`. */
-  static attach(res: ServerResponse, settings: CaptureSettings): WireCapture {
-    return new WireCapture(res, settings);
   }
 
   sent(timeoutMs: number): Promise<StoredResponse> {
@@ -114,10 +95,7 @@ export class WireCapture implements ResponseCapture {
     if (this.endCall) this.send(this.replacement);
   }
 
-  /**
-   * Keeps a call of `write` or `end`, counting its bytes; past the limit the
-   * response is refused and nothing more of it is kept.
-   */
+  /** Keeps a call of `write` or `end`, counting its bytes; past the limit the response is refused, nothing more kept. */
   private hold(args: Call, end: boolean): void {
     const size = chunkLength(args[0], args[1]);
     if (!this.refusal && size > 0 && this.heldBytes + size > this.settings.maxBytes) {
@@ -144,19 +122,13 @@ export class WireCapture implements ResponseCapture {
     if (this.settled) return;
     this.settled = true;
     this.restore();
-    if (this.res.headersSent) {
-      // Something flushed the head already; all that can be done is to end it.
-      this.res.end();
-      return;
-    }
-    sendOnResponse(this.res, headerEntries(this.writeHeadCall), this.stored, replacement);
+    sendOnResponse(this.res, this.writeHeadCall, this.stored, replacement);
   }
 
   /** The held response: status, the stored headers as they stand, and the body bytes. */
   private snapshot(): StoredResponse {
     const status = typeof this.writeHeadCall?.[0] === 'number' ? this.writeHeadCall[0] : this.res.statusCode;
-    // The names as the app spelled them, in the order it set them. Headers given to writeHead win over those set
-    // before, in their place, as Node merges them.
+    // Names as the app spelled them, in the order it set them; those given to writeHead win, in place, as Node merges.
     const values = this.res.getHeaders();
     const all = new Map<string, [string, unknown]>();
     // Node's OutgoingMessage has it (since 15.13); its types declare it on ClientRequest only.
@@ -166,9 +138,7 @@ export class WireCapture implements ResponseCapture {
     const chunks = [...this.writes, ...(this.endCall ? [this.endCall] : [])]
       .map((call) => toBuffer(call[0], call[1]))
       .filter((chunk): chunk is Buffer => chunk !== undefined);
-    // One chunk (Express's `send` makes one Buffer of the whole body) is kept as it is, as the Fastify capture keeps
-    // a Buffer payload: a copy of a 1 MiB body costs a fresh 1 MiB allocation, and Node itself holds on to the same
-    // bytes until they are written.
+    // One chunk (Express's `send` makes one Buffer) is kept as it is, not copied: Node holds the same bytes anyway.
     const body = chunks.length === 0 ? null : chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
     return {
       status,
@@ -179,17 +149,48 @@ export class WireCapture implements ResponseCapture {
 
   private restore(): void {
     const res = this.res as unknown as Record<string, unknown>;
-    // Assigned back, never deleted: deleting a property other than the last one added (Express adds `statusCode`
-    // after these) turns the response into a dictionary-mode object, and slows every later property read of
-    // Node's http code on it.
+    // Assigned back, never deleted: deleting a property other than the last one added turns the response into a
+    // dictionary-mode object, and slows every later property read of Node's http code on it.
     for (const name of WIRE_METHODS) res[name] = this.original[name];
   }
 }
 
 /**
- * The stored names and `Content-Length`, whose place among them a replay keeps (its value is the length of the body
- * sent then), made once per allowlist.
+ * The body's own headers: always stored, and removed from the answer a
+ * replacement goes out in. `Content-Encoding` too: the capture sits before
+ * compression, so one set by then is on bytes the app encoded itself.
  */
+const BODY_HEADERS = ['content-type', 'content-encoding', 'etag', 'location', 'content-location'] as const;
+const storedNamesOf = new WeakMap<ReadonlySet<string>, ReadonlySet<string>>();
+
+/** The lower-case names of the headers a capture stores, made once per allowlist (the module's resolved option). */
+export function storedHeaderNames(replayHeaders: ReadonlySet<string>): ReadonlySet<string> {
+  let names = storedNamesOf.get(replayHeaders);
+  if (!names) {
+    names = new Set<string>([...BODY_HEADERS, ...replayHeaders]);
+    storedNamesOf.set(replayHeaders, names);
+  }
+  return names;
+}
+
+/**
+ * The stored headers of a response as name/value pairs, one pair per value
+ * (a header sent several times is not joined), in the case and order sent (a
+ * replay must not differ even there); which are stored ignores case.
+ */
+export function storedPairs(headers: Iterable<[string, unknown]>, stored: ReadonlySet<string>): Array<[string, string]> {
+  const pairs: Array<[string, string]> = [];
+  for (const [name, value] of headers) {
+    if (!stored.has(name.toLowerCase()) || value === undefined || value === null) continue;
+    for (const one of Array.isArray(value) ? value : [value]) {
+      const text = String(one);
+      if (text !== '') pairs.push([name, text]);
+    }
+  }
+  return pairs;
+}
+
+/** The stored names and `Content-Length`, whose place a replay keeps (with the length sent then), once per allowlist. */
 const withLengthOf = new WeakMap<ReadonlySet<string>, ReadonlySet<string>>();
 function withLength(stored: ReadonlySet<string>): ReadonlySet<string> {
   let names = withLengthOf.get(stored);

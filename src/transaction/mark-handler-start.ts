@@ -3,9 +3,9 @@ import { idempotencyContext } from './idempotency-context.js';
 const MARKED = Symbol('nest-idempotency:marked-handler');
 
 /**
- * Wraps a route handler so the request context records when its body starts:
- * an error before that (a validation pipe) means nothing ran and the key is
- * released. Nest keeps its route metadata on the function, so it is copied.
+ * Wraps a route handler so the request context records when its body starts
+ * (an error before that, in a pipe, releases the key). Nest's route metadata
+ * is on the function, so it is copied.
  */
 export function markHandlerStart(handler: (...args: unknown[]) => unknown): (...args: unknown[]) => unknown {
   if ((handler as { [MARKED]?: boolean })[MARKED]) return handler;

@@ -6,11 +6,13 @@ import type { EngineOutcome } from '../core/work.js';
 import { messages } from '../errors/messages.js';
 import { problems } from '../errors/problems.js';
 import { IdempotencyGraphQLError, ReplayedGraphQLError, StoredGraphQLError } from '../graphql/graphql-problem.js';
-import { headerValues, type HttpRequest } from '../http/request-identity.js';
+import type { HttpRequest } from '../http/platform-types.js';
+import { headerValues } from '../http/request-identity.js';
 import { REPLAYED_HEADER } from '../idempotency.constants.js';
 import { lastValueOf } from './http-transport.js';
 import { problemForOutcome } from './outcome-answers.js';
-import { NestTransport, type Done } from './run-idempotent.js';
+import { NestTransport } from './nest-transport.js';
+import type { Done } from './transport.js';
 import { jsonResponse, readJson, type StoredOutcome } from './stored-outcome.js';
 
 /** The argument read for the key when the request has no key header. */

@@ -4,8 +4,9 @@ import type { StoredResponse } from '../core/idempotency-store.js';
 import type { FailureReading } from '../core/outcomes.js';
 import { messages } from '../errors/messages.js';
 import { IdempotencyProblemException, problemResponse, problems } from '../errors/problems.js';
-import { ResponseNotSentError, type ResponseCapture } from '../http/response-capture.js';
-import { ResponseTooLargeError, UnreplayableResponseError } from '../http/unreplayable.js';
+import { ResponseNotSentError, ResponseTooLargeError, UnreplayableResponseError } from '../http/capture-errors.js';
+import type { ResponseCapture } from '../http/response-capture.js';
+import type { RouteSettings } from '../http/route-settings.js';
 import type { OnceSubscriber } from './once-subscriber.js';
 import { problemForOutcome } from './outcome-answers.js';
 import type { IdempotencyRuntime } from './run-idempotent.js';
@@ -16,11 +17,10 @@ import type { IdempotencyRuntime } from './run-idempotent.js';
  * answer to an error of the module. A new key that succeeds runs none of it.
  */
 
-/** What of an HTTP request a failure is read and answered with. */
+/** What of an HTTP request (its `HttpTransport`) a failure is read and answered with. */
 export interface HttpFailureScope {
   runtime: IdempotencyRuntime;
-  routeName: string;
-  leaseMs: number;
+  route: RouteSettings;
   wire: ResponseCapture;
   out: OnceSubscriber;
 }
@@ -36,8 +36,8 @@ export class FailedAfterHandlerError extends Error {
   }
 }
 
-/** Reads a failure of the handler, once its writes rolled back (see `NestTransport.readFailure`). */
-export async function readHttpFailure(error: unknown, { wire, out, leaseMs }: HttpFailureScope): Promise<FailureReading> {
+/** Reads a failure of the handler, once its writes rolled back (see `Transport.readFailure`). */
+export async function readHttpFailure(error: unknown, { wire, out, route }: HttpFailureScope): Promise<FailureReading> {
   if (error instanceof UnreplayableResponseError) return { action: 'release' };
   if (error instanceof ResponseNotSentError) return { action: 'keep' };
   // The handler's success was rendered, but nothing of it committed: the module answers, as for an error the handler threw.
@@ -45,21 +45,22 @@ export async function readHttpFailure(error: unknown, { wire, out, leaseMs }: Ht
     return { definite: false, response: async () => problemResponse(problems.commitRefused()) };
   // The app renders the error (its filters), and that rendering is what a 'store' policy keeps.
   out.fail(error);
-  const sent = error instanceof FailedAfterHandlerError ? error.response : await wire.sent(leaseMs).catch(() => null);
+  const sent =
+    error instanceof FailedAfterHandlerError ? error.response : await wire.sent(route.options.leaseMs).catch(() => null);
   // An error rendered too large to store is refused like a success would be: nothing stored, the key free.
   if (wire.refusal) return { action: 'release' };
   if (!sent) return { action: 'keep' };
   return { definite: isDefinite(error, sent.status), response: async () => sent };
 }
 
-/** Answers an error of the engine (409, 422, 503, ...), or the app's own (see `NestTransport.fail`). */
+/** Answers an error of the engine (409, 422, 503, ...), or the app's own (see `Transport.fail`). */
 export function failHttp(error: unknown, key: string, scope: HttpFailureScope): void {
-  const { wire, out, runtime, routeName } = scope;
+  const { wire, out, runtime, route } = scope;
   const problem = problemFor(error, key, scope) ?? (wire.refusal ? problemFor(wire.refusal, key, scope) : undefined);
   if (problem) return send(problem, scope);
   if (out.emitted) {
     // The store failed after the handler's success was handed on: that success never committed, so it must not go out.
-    runtime.logger.error(messages.log.storeFailed(routeName), error instanceof Error ? error.stack : String(error));
+    runtime.logger.error(messages.log.storeFailed(route.name), error instanceof Error ? error.stack : String(error));
     return send(problems.storeFailed(), scope);
   }
   wire.release();
@@ -72,12 +73,9 @@ function send(problem: IdempotencyProblemException, { wire, out }: HttpFailureSc
   out.fail(problem);
 }
 
-function problemFor(
-  error: unknown,
-  key: string,
-  { runtime, routeName }: HttpFailureScope,
-): IdempotencyProblemException | undefined {
+function problemFor(error: unknown, key: string, { runtime, route }: HttpFailureScope): IdempotencyProblemException | undefined {
   const { logger, options } = runtime;
+  const routeName = route.name;
   if (error instanceof ResponseTooLargeError) {
     logger.error(messages.log.responseTooLarge(routeName, error.maxBytes));
     return problems.responseTooLarge(routeName, error.maxBytes, error);

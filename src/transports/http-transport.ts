@@ -1,34 +1,53 @@
-import type { Observable } from 'rxjs';
-import { CommitRefusedError } from '../core/errors.js';
+import { StreamableFile, type CallHandler, type ExecutionContext } from '@nestjs/common';
+import type { HttpArgumentsHost } from '@nestjs/common/interfaces/index.js';
+import type { Observable, Subscriber } from 'rxjs';
 import { fingerprintRequest } from '../core/fingerprint.js';
 import { parseIdempotencyKey } from '../core/key.js';
 import type { FailureReading } from '../core/outcomes.js';
 import type { EngineOutcome } from '../core/work.js';
 import { problems } from '../errors/problems.js';
-import { captureResponse } from '../http/capture.js';
-import { fingerprintInput, headerValues, serverResponse, type HttpRequest } from '../http/request-identity.js';
+import { UnreplayableResponseError } from '../http/capture-errors.js';
+import { FastifyReplyCapture, hasCaptureHook } from '../http/fastify-capture.js';
+import type { HttpRequest } from '../http/platform-types.js';
+import { fingerprintInput, headerValues, isFastifyReply, serverResponse } from '../http/request-identity.js';
 import type { ResponseCapture } from '../http/response-capture.js';
-import { describeUnreplayable, UnreplayableResponseError } from '../http/unreplayable.js';
-import { REPLAYED_HEADER } from '../idempotency.constants.js';
-import { FailedAfterHandlerError, failHttp, readHttpFailure, type HttpFailureScope } from './http-failures.js';
+import type { RouteSettings } from '../http/route-settings.js';
+import { WireCapture } from '../http/wire-capture.js';
+import { FailedAfterHandlerError, failHttp, readHttpFailure } from './http-failures.js';
+import { answerStored } from './http-stored-answer.js';
 import { OnceSubscriber } from './once-subscriber.js';
-import { NestTransport, type Done } from './run-idempotent.js';
+import type { IdempotencyRuntime } from './run-idempotent.js';
+import type { Done, Transport } from './transport.js';
 
 /**
- * An HTTP route: the key from its header, the response taken where the
- * platform sends it (`captureResponse`: after every interceptor, serializer
- * and exception filter of the app, before content encoding), so what is
- * stored and replayed is what the client got, and let go only once its
- * outcome is committed.
+ * An HTTP route: the key from its header; the response held where the platform
+ * sends it (see `ResponseCapture`), so what is stored is what the client got.
  */
-export class HttpTransport extends NestTransport {
-  private readonly http = this.context.switchToHttp();
-  private readonly request = this.http.getRequest<HttpRequest>();
-  private readonly wire: ResponseCapture = captureResponse(this.http.getResponse(), {
-    replayHeaders: this.runtime.options.replayHeaders,
-    maxBytes: this.route.options.maxResponseBytes,
-  });
-  private readonly out = new OnceSubscriber(this.subscriber);
+export class HttpTransport implements Transport {
+  private readonly http: HttpArgumentsHost;
+  private readonly request: HttpRequest;
+  readonly wire: ResponseCapture;
+  readonly out: OnceSubscriber;
+
+  constructor(
+    readonly runtime: IdempotencyRuntime,
+    readonly route: RouteSettings,
+    context: ExecutionContext,
+    private readonly next: CallHandler,
+    private readonly subscriber: Subscriber<unknown>,
+  ) {
+    this.http = context.switchToHttp();
+    this.request = this.http.getRequest<HttpRequest>();
+    const response: unknown = this.http.getResponse();
+    const settings = { replayHeaders: runtime.options.replayHeaders, maxBytes: route.options.maxResponseBytes };
+    // Fastify: in its reply pipeline (before `@fastify/compress`); a Fastify instance without the module's hook, and
+    // Express, at Node's response (before `compression`, which wraps it earlier).
+    this.wire =
+      isFastifyReply(response) && hasCaptureHook(response)
+        ? new FastifyReplyCapture(response, settings)
+        : new WireCapture(serverResponse(response), settings);
+    this.out = new OnceSubscriber(subscriber);
+  }
 
   readKey(): string | undefined {
     const values = headerValues(this.request, this.runtime.options.header);
@@ -53,7 +72,7 @@ export class HttpTransport extends NestTransport {
   }
 
   readFailure(error: unknown): Promise<FailureReading> {
-    return readHttpFailure(error, this.failureScope());
+    return readHttpFailure(error, this);
   }
 
   runWithoutKey(): void {
@@ -62,38 +81,32 @@ export class HttpTransport extends NestTransport {
   }
 
   answer(outcome: EngineOutcome<unknown>): void {
-    if (outcome.kind === 'replayed') {
-      // Set now, so the app's outer interceptors can tell a replay from the response they are handed.
-      serverResponse(this.http.getResponse()).setHeader(REPLAYED_HEADER, 'true');
-      this.wire.replace(outcome.response, [[REPLAYED_HEADER, 'true']]);
-      // Nest still runs the app's outer interceptors and sends; the wire swaps in the stored bytes.
-      this.out.emit(undefined);
-    } else if (outcome.kind === 'failure-stored' && outcome.error instanceof CommitRefusedError) {
-      // What the wire holds is the success that never committed; the stored answer goes out instead.
-      this.wire.replace(outcome.response);
-    } else {
-      this.wire.release();
-    }
+    if (outcome.kind === 'executed') this.wire.release();
+    else answerStored(outcome, this.wire, this.out, this.http.getResponse());
   }
 
   fail(error: unknown, key: string): void {
-    failHttp(error, key, this.failureScope());
-  }
-
-  private failureScope(): HttpFailureScope {
-    const { runtime, route, wire, out } = this;
-    return { runtime, routeName: route.name, leaseMs: route.options.leaseMs, wire, out };
+    failHttp(error, key, this);
   }
 }
 
-/**
- * The handler's last value, or undefined when it completes with none: what
- * `lastValueFrom(source.pipe(defaultIfEmpty(undefined)))` gives, without an
- * operator chain built per request.
- */
+/** The handler's last value, or undefined when it completes with none (`lastValueFrom` with a default, no operators). */
 export function lastValueOf(source: Observable<unknown>): Promise<unknown> {
   return new Promise((resolve, reject) => {
     let last: unknown;
     source.subscribe({ next: (value) => (last = value), error: reject, complete: () => resolve(last) });
   });
+}
+
+/** What kind of unstorable value `value` is, or undefined when it can be stored once sent. */
+function describeUnreplayable(value: unknown): string | undefined {
+  if (value instanceof StreamableFile) return 'a StreamableFile';
+  if (typeof Response !== 'undefined' && value instanceof Response) return 'a web Response';
+  if (typeof ReadableStream !== 'undefined' && value instanceof ReadableStream) return 'a ReadableStream';
+  if (typeof value === 'object' && value !== null) {
+    if (typeof (value as { pipe?: unknown }).pipe === 'function') return 'a stream';
+    if (Symbol.asyncIterator in value) return 'an async iterable';
+  }
+  if (typeof value === 'function') return 'a function';
+  return undefined;
 }

@@ -8,19 +8,10 @@ import { HttpTransport } from './http-transport.js';
 import { MessageTransport } from './message-transport.js';
 import { IdempotencyRuntime, runIdempotent } from './run-idempotent.js';
 
-/**
- * What one request, delivery or field resolution is known by: class- and
- * method-level `@Idempotent()` both apply this interceptor, and only the
- * first to see it runs the request path.
- */
+/** Requests, deliveries and field resolutions seen: class- and method-level `@Idempotent()` both apply this interceptor. */
 const handled = new WeakSet<object>();
 
-/**
- * The one interceptor of every `@Idempotent()` handler: finds the route's
- * settings and hands the request to the transport of its context type (an
- * HTTP route, a GraphQL mutation, a message handler), which `runIdempotent`
- * drives. Nothing else happens here.
- */
+/** The interceptor of every `@Idempotent()` handler: the route's settings, its context type's transport, `runIdempotent`. */
 @Injectable()
 export class IdempotencyInterceptor implements NestInterceptor {
   // Optional, so an app without IdempotencyModule.forRoot() gets a message that says so, not Nest's dependency error.
@@ -52,7 +43,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const Transport = type === 'http' ? HttpTransport : type === 'graphql' ? GraphQLTransport : MessageTransport;
     return new Observable((subscriber) => {
       const transport = new Transport(runtime, route, context, next, subscriber);
-      runIdempotent(runtime, route, context, transport).catch((error: unknown) => transport.unexpected(error));
+      // A bug on the path: the transport's own `unexpected`, else the app's filters log and answer it.
+      runIdempotent(runtime, route, context, transport).catch((error: unknown) =>
+        'unexpected' in transport ? transport.unexpected(error) : subscriber.error(error),
+      );
     });
   }
 }

@@ -10,7 +10,8 @@ import { messageDelivery, type MessageDelivery } from '../rpc/message-delivery.j
 import { lastValueOf } from './http-transport.js';
 import { OnceSubscriber } from './once-subscriber.js';
 import { messageAnswerFor, messageRefusal } from './outcome-answers.js';
-import { NestTransport, type Done } from './run-idempotent.js';
+import { NestTransport } from './nest-transport.js';
+import type { Done } from './transport.js';
 import { jsonResponse, readJson, type StoredOutcome } from './stored-outcome.js';
 
 /** Set by `@EventPattern` (2) and `@MessagePattern` (1) on the handler (@nestjs/microservices' PatternHandler). */
@@ -23,6 +24,19 @@ const DEFAULT_KEY_FIELD = 'idempotencyKey';
 class PoisonMessageError extends Error {
   constructor(readonly attempts: number) {
     super(`The message was already attempted ${attempts} times.`);
+  }
+}
+
+/** A message's reply, which may also end with no answer, or pass on the values of a handler run without a key. */
+class MessageReply extends OnceSubscriber {
+  /** Ends with no value: completes the Observable, or (`complete` false) leaves it open and answers nothing. */
+  end(complete = true): void {
+    if (this.settle() && complete) this.subscriber.complete();
+  }
+
+  /** A value of a handler run without a key, passed on as it comes. */
+  pass(value: unknown): void {
+    if (!this.done) this.subscriber.next(value);
   }
 }
 
@@ -46,7 +60,7 @@ export class MessageTransport extends NestTransport {
       messages.consumer.settleFailed(this.route.name, action, error instanceof Error ? error.message : String(error)),
     ),
   );
-  private readonly reply = new OnceSubscriber(this.subscriber);
+  private readonly reply = new MessageReply(this.subscriber);
   private readonly expectsReply = Reflect.getMetadata(HANDLER_TYPE_METADATA, this.context.getHandler()) !== EVENT_HANDLER;
   /** The claim's attempt number, once claimed; the policy that decided a failure; when the handler started. */
   private attempt = 1;
@@ -94,7 +108,7 @@ export class MessageTransport extends NestTransport {
     return { definite, response: async () => jsonResponse({ error: await rpcPayload(error) }, 400) };
   }
 
-  override decided(policy: FailurePolicy | 'rejected'): void {
+  decided(policy: FailurePolicy | 'rejected'): void {
     this.policy = policy;
   }
 
@@ -125,7 +139,7 @@ export class MessageTransport extends NestTransport {
     this.reply.emit(stored.value);
   }
 
-  override async refuse(error: unknown, step: 'key' | 'tenant' | 'fingerprint'): Promise<void> {
+  async refuse(error: unknown, step: 'key' | 'tenant' | 'fingerprint'): Promise<void> {
     const reason = messageRefusal(error, step, this.runtime.options.maxKeyLength);
     // A bug (a custom key or fingerprint function that threw): kept for a person to look at, never retried in a loop.
     if (reason === undefined) return this.unexpected(error);
@@ -143,7 +157,7 @@ export class MessageTransport extends NestTransport {
   }
 
   /** Anything else that went wrong: dead-lettered and logged, for a person to look at. */
-  override unexpected(error: unknown): void {
+  unexpected(error: unknown): void {
     this.runtime.logger.error(
       messages.consumer.unexpected(this.route.name),
       error instanceof Error ? error.stack : String(error),

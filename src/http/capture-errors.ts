@@ -1,5 +1,12 @@
-import { StreamableFile } from '@nestjs/common';
 import { messages } from '../errors/messages.js';
+
+/** Raised when the application has not sent a response within the time the capture waits for one. */
+export class ResponseNotSentError extends Error {
+  constructor(waitedMs: number) {
+    super(`The application sent no response within ${waitedMs} ms of the handler finishing.`);
+    this.name = 'ResponseNotSentError';
+  }
+}
 
 /** Thrown when a handler returns a value that cannot be stored as bytes (a stream, an async iterable). */
 export class UnreplayableResponseError extends Error {
@@ -20,17 +27,4 @@ export class ResponseTooLargeError extends UnreplayableResponseError {
     super('a response too large to store', messages.capture.responseTooLarge(maxBytes));
     this.name = 'ResponseTooLargeError';
   }
-}
-
-/** What kind of unstorable value `value` is, or undefined when it can be stored once sent. */
-export function describeUnreplayable(value: unknown): string | undefined {
-  if (value instanceof StreamableFile) return 'a StreamableFile';
-  if (typeof Response !== 'undefined' && value instanceof Response) return 'a web Response';
-  if (typeof ReadableStream !== 'undefined' && value instanceof ReadableStream) return 'a ReadableStream';
-  if (typeof value === 'object' && value !== null) {
-    if (typeof (value as { pipe?: unknown }).pipe === 'function') return 'a stream';
-    if (Symbol.asyncIterator in value) return 'an async iterable';
-  }
-  if (typeof value === 'function') return 'a function';
-  return undefined;
 }
