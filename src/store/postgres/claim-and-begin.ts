@@ -1,6 +1,6 @@
 import type { EntityManager } from 'typeorm';
 import type { SourceQueryRunner } from '../connection.js';
-import type { BeginResult, ClaimMode, ClaimRequest } from '../../core/idempotency-store.js';
+import { IdempotencyStore, type BeginResult, type ClaimMode, type ClaimRequest } from '../../core/idempotency-store.js';
 import { endAndRelease, openAttempt, type AttemptParts } from './attempt.js';
 import type { PipelinedResult } from './pipelined.js';
 import { DeferredBegin } from './deferred-begin.js';
@@ -16,10 +16,43 @@ import { isUnavailableError } from './unavailable.js';
 /** The store's own calls `begin` goes through (a subclass's overrides included). */
 type KeyCalls = Pick<PostgresIdempotencyStore, 'claim' | 'release' | 'renewLease'>;
 
-/**
- * `PostgresIdempotencyStore.begin`: the claim and the BEGIN of the work's
- * transaction in one round trip, on the connection the work then uses.
- */
+/** `PostgresIdempotencyStore`'s `begin`, here with the rest of a new key's path; the store's other calls are in its own file. */
+export abstract class BeginningStore extends IdempotencyStore<EntityManager> {
+  protected abstract readonly claimAndBegin: ClaimAndBegin;
+
+  /**
+   * The claim and the BEGIN of the work's transaction in one round trip, on
+   * the connection the work then uses: one pipeline of parameterised
+   * statements (see `pipelined`), no value ever in a statement's text.
+   *
+   * - `separate`: `BEGIN ISOLATION LEVEL READ COMMITTED`, the claim, `COMMIT`,
+   *   `START TRANSACTION`. The claim commits on its own (another connection
+   *   sees it at once; a later ROLLBACK leaves it), durably: the work may use
+   *   its generation in calls to other systems before its own COMMIT, and a
+   *   retry after a crash of the database must find that same generation.
+   *   It runs at READ COMMITTED whatever the server's, the database's or the
+   *   role's default, so a concurrent claim's commit is read, never a
+   *   serialization failure. When the main pool has no connection free, the
+   *   claim goes to the claim pool instead, so that replays and 409s never
+   *   queue behind business transactions, and the BEGIN follows once a
+   *   connection is free (see claim-routing.ts).
+   * - `request-transaction`: `START TRANSACTION`, the claim, `SAVEPOINT`. The
+   *   savepoint lets a failure's response be stored under the key's lock, so a
+   *   duplicate waiting on it finds the stored answer. The transaction keeps
+   *   the app's isolation level; under a stricter one than READ COMMITTED a
+   *   claim whose snapshot predates the key's last commit fails with a
+   *   serialization failure, and the transaction starts again (the
+   *   partitioned table refuses the mode there).
+   *
+   * Behind PgBouncer in transaction pooling the pipeline ends inside an open
+   * transaction, so the server connection stays with this client.
+   */
+  override async begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs = 0): Promise<BeginResult<EntityManager>> {
+    return this.claimAndBegin.begin(request, mode, lockTimeoutMs);
+  }
+}
+
+/** The store's `begin`: the claim and the work's BEGIN in one round trip, on the connection the work then uses. */
 export class ClaimAndBegin {
   private readCommitted?: Promise<boolean>;
   private readonly requestTransaction: RequestTransactionBegin;
