@@ -1,7 +1,8 @@
 import { HttpException, Inject, Injectable, Logger, Optional, type CallHandler, type ExecutionContext } from '@nestjs/common';
 import type { Subscriber } from 'rxjs';
 import type { EntityManager } from 'typeorm';
-import { asWorkManager, type SourceDataSource } from '../store/connection.js';
+import type { SourceDataSource } from '../store/connection.js';
+import { asWorkManager } from '../store/work-manager.js';
 import { CompletedAnswers } from '../core/completed-answers.js';
 import { IdempotencyEngine } from '../core/idempotency-engine.js';
 import { IdempotencyStore, type StoredResponse } from '../core/idempotency-store.js';

@@ -1,5 +1,6 @@
 import type { EntityManager } from 'typeorm';
-import { asWorkManager, type SourceQueryRunner } from '../connection.js';
+import type { SourceQueryRunner } from '../connection.js';
+import { asWorkManager } from '../work-manager.js';
 import type { ClaimRequest, OpenAttempt } from '../../core/idempotency-store.js';
 import type { ClaimRouting } from './claim-routing.js';
 import type { ClaimKeeper } from './request-transaction.js';
