@@ -4,7 +4,8 @@ import { endAndRelease, openAttempt } from './attempt.js';
 import { notRun, type SeparateBegin } from './begin-after-claim-pool.js';
 import type { PipelinedResult } from './pipelined.js';
 import { exchange } from './exchange.js';
-import { BEGIN_READ_COMMITTED, claimResult, lockTaken, type ClaimRow } from './statements.js';
+import { claimResult, type ClaimRow } from './claim-statements.js';
+import { BEGIN_READ_COMMITTED, lockTaken } from './statements.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
 import { isUnavailableError } from './unavailable.js';
 

@@ -8,7 +8,8 @@ import { endAndRelease, MAY_HOLD_KEY, openAttempt, type AttemptParts } from './a
 import type { PipelinedResult, PipelinedStatement } from './pipelined.js';
 import { exchange } from './exchange.js';
 import type { PgClient } from './pools.js';
-import { claimResult, isFenceLost, SERIALIZATION_FAILURE, sqlState, WORK_SAVEPOINT, type ClaimRow } from './statements.js';
+import { claimResult, type ClaimRow } from './claim-statements.js';
+import { isFenceLost, SERIALIZATION_FAILURE, sqlState, WORK_SAVEPOINT } from './statements.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
 import { isUnavailableError } from './unavailable.js';
 

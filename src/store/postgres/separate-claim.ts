@@ -4,7 +4,8 @@ import { READ_COMMITTED_NEEDED } from '../key-store.sql.js';
 import type { PipelinedResult } from './pipelined.js';
 import { exchange } from './exchange.js';
 import type { PgClient } from './pools.js';
-import { BEGIN_READ_COMMITTED, type ClaimRow, type KeyStatements } from './statements.js';
+import type { ClaimRow } from './claim-statements.js';
+import { BEGIN_READ_COMMITTED, type KeyStatements } from './statements.js';
 
 /**
  * A claim committed on its own (claim mode `separate`), in one round trip. On one server's plain table the claim
