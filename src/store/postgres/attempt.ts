@@ -2,44 +2,13 @@ import type { EntityManager } from 'typeorm';
 import type { SourceQueryRunner } from '../connection.js';
 import { asWorkManager } from '../work-manager.js';
 import type { ClaimRequest, OpenAttempt } from '../../core/idempotency-store.js';
-import type { ClaimRouting } from './claim-routing.js';
-import type { ClaimKeeper } from './request-transaction.js';
-import type { DeferredBegin } from './deferred-begin.js';
+import type { AttemptParts, AttemptShape } from './attempt-parts.js';
+import { endAndRelease, endLease, MAY_HOLD_KEY } from './end-and-release.js';
 import type { PipelinedResult } from './pipelined.js';
-import type { SeparateClaim } from './separate-claim.js';
 import { exchange } from './exchange.js';
-import type { Pools } from './pools.js';
-import { isFenceLost, type KeyStatements } from './statements.js';
+import { isFenceLost } from './statements.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
 import { ADMIN_SHUTDOWN, isUnavailableError } from './unavailable.js';
-
-/** What an open attempt uses of its store. */
-export interface AttemptParts {
-  pools: Pools;
-  statements: KeyStatements;
-  routing: ClaimRouting;
-  /** Owner tokens of open attempts whose transaction holds the key's lock (see `KeyStatements.holdKeyLock`). */
-  keyLockHolders: Set<string>;
-  /** How a claim committed on its own is sent. */
-  separateClaim: SeparateClaim;
-}
-
-/** How an attempt was begun (see `openAttempt`). */
-export interface AttemptShape {
-  /** A request-transaction claim: how it keeps its claim (see `ClaimKeeper`, request-transaction.ts). */
-  keeper?: ClaimKeeper;
-  /** The claim wrote no row (`claim_in_transaction`): the completion writes it. */
-  writesRow?: boolean;
-  /** The transaction holds the key's lock (see `KeyStatements.holdKeyLock`): its lease needs no renewal. */
-  holdsKeyLock?: boolean;
-  /** The transaction's BEGIN waits for the work's first statement; the completion's message takes it when none came. */
-  deferredBegin?: DeferredBegin;
-}
-
-/** Why a connection is dropped rather than lent again: it may still hold the key's lock (see `ClaimKeeper`). */
-export const MAY_HOLD_KEY = Object.assign(new Error("The connection may still hold an idempotency key's lock."), {
-  mayHoldKey: true,
-});
 
 /**
  * The end of an attempt begun on `runner`, whose transaction is open: the
@@ -164,41 +133,4 @@ export function openAttempt(
       await end(Object.assign(new Error('The attempt held its key past maxHold and was ended.'), { code: ADMIN_SHUTDOWN }));
     },
   };
-}
-
-/**
- * The connection died before the work's deferred BEGIN opened its transaction:
- * nothing of the work committed, but the work had started and may have used
- * its claim's generation (in a downstream key), so the claim is not deleted.
- * Its lease ends now, fenced, and the row keeps the key's history: a retry
- * takes it over at once, with the same generation.
- */
-async function endLease(parts: AttemptParts, request: ClaimRequest): Promise<void> {
-  const statement = { text: parts.statements.sql.endLease, values: [request.tenant, request.ownerToken] };
-  await parts.pools.run(statement, { write: true }).catch(() => undefined);
-}
-
-/**
- * Rolls back whatever `runner` has open, and gives its connection back;
- * never throws. After `failure` that says the connection is gone, nothing
- * is sent on it (a dead pg client can queue a ROLLBACK for ever) and the
- * pool is told to drop it rather than hand it to the next caller; the same
- * after `MAY_HOLD_KEY` (its server process ends, and every lock with it).
- */
-export async function endAndRelease(runner: SourceQueryRunner, failure?: unknown): Promise<void> {
-  if (failure !== undefined && (failure === MAY_HOLD_KEY || isUnavailableError(failure))) {
-    if (runner.isReleased) return;
-    // TypeORM's own path for a connection that errored: passes the error on to the pool, which destroys the client.
-    const release = (runner as unknown as { releasePostgresConnection?: (error: unknown) => Promise<void> })
-      .releasePostgresConnection;
-    await (release ? release.call(runner, failure) : runner.release()).catch(() => undefined);
-    return;
-  }
-  try {
-    if (runner.isTransactionActive && !runner.isReleased) await runner.rollbackTransaction();
-  } catch {
-    // A connection that died takes its transaction with it.
-  } finally {
-    if (!runner.isReleased) await runner.release().catch(() => undefined);
-  }
 }

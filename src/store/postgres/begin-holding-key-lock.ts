@@ -1,6 +1,7 @@
 import type { EntityManager } from 'typeorm';
 import type { BeginResult, ClaimRequest } from '../../core/idempotency-store.js';
-import { endAndRelease, openAttempt } from './attempt.js';
+import { openAttempt } from './attempt.js';
+import { endAndRelease } from './end-and-release.js';
 import { notRun, type SeparateBegin } from './begin-after-claim-pool.js';
 import type { PipelinedResult } from './pipelined.js';
 import { exchange } from './exchange.js';

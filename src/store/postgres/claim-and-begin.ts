@@ -1,7 +1,9 @@
 import type { EntityManager } from 'typeorm';
 import type { SourceQueryRunner } from '../connection.js';
 import { IdempotencyStore, type BeginResult, type ClaimMode, type ClaimRequest } from '../../core/idempotency-store.js';
-import { endAndRelease, openAttempt, type AttemptParts } from './attempt.js';
+import { openAttempt } from './attempt.js';
+import type { AttemptParts } from './attempt-parts.js';
+import { endAndRelease } from './end-and-release.js';
 import type { PipelinedResult } from './pipelined.js';
 import { DeferredBegin } from './deferred-begin.js';
 import type { PgClient } from './pools.js';

@@ -11,7 +11,7 @@ import type {
 } from '../../core/idempotency-store.js';
 import { quoteTableName } from '../identifiers.js';
 import { PartitionRetention, type PartitionStatus } from '../partitioned/partition-retention.js';
-import type { AttemptParts } from './attempt.js';
+import type { AttemptParts } from './attempt-parts.js';
 import { BeginningStore, ClaimAndBegin } from './claim-and-begin.js';
 import { ClaimRouting } from './claim-routing.js';
 import { SeparateClaim } from './separate-claim.js';

@@ -1,0 +1,29 @@
+import type { ClaimRouting } from './claim-routing.js';
+import type { ClaimKeeper } from './request-transaction.js';
+import type { DeferredBegin } from './deferred-begin.js';
+import type { SeparateClaim } from './separate-claim.js';
+import type { Pools } from './pools.js';
+import type { KeyStatements } from './statements.js';
+
+/** What an open attempt uses of its store. */
+export interface AttemptParts {
+  pools: Pools;
+  statements: KeyStatements;
+  routing: ClaimRouting;
+  /** Owner tokens of open attempts whose transaction holds the key's lock (see `KeyStatements.holdKeyLock`). */
+  keyLockHolders: Set<string>;
+  /** How a claim committed on its own is sent. */
+  separateClaim: SeparateClaim;
+}
+
+/** How an attempt was begun (see `openAttempt`). */
+export interface AttemptShape {
+  /** A request-transaction claim: how it keeps its claim (see `ClaimKeeper`, request-transaction.ts). */
+  keeper?: ClaimKeeper;
+  /** The claim wrote no row (`claim_in_transaction`): the completion writes it. */
+  writesRow?: boolean;
+  /** The transaction holds the key's lock (see `KeyStatements.holdKeyLock`): its lease needs no renewal. */
+  holdsKeyLock?: boolean;
+  /** The transaction's BEGIN waits for the work's first statement; the completion's message takes it when none came. */
+  deferredBegin?: DeferredBegin;
+}
