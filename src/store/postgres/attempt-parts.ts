@@ -1,4 +1,4 @@
-import type { ClaimRouting } from './claim-routing.js';
+import type { AnsweredShareRouting } from './claim-routing-answered.js';
 import type { ClaimKeeper } from './request-transaction.js';
 import type { DeferredBegin } from './deferred-begin.js';
 import type { SeparateClaim } from './separate-claim.js';
@@ -9,7 +9,7 @@ import type { KeyStatements } from './statements.js';
 export interface AttemptParts {
   pools: Pools;
   statements: KeyStatements;
-  routing: ClaimRouting;
+  routing: AnsweredShareRouting;
   /** Owner tokens of open attempts whose transaction holds the key's lock (see `KeyStatements.holdKeyLock`). */
   keyLockHolders: Set<string>;
   /** How a claim committed on its own is sent. */

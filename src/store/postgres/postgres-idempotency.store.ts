@@ -13,7 +13,7 @@ import { quoteTableName } from '../identifiers.js';
 import { PartitionRetention, type PartitionStatus } from '../partitioned/partition-retention.js';
 import type { AttemptParts } from './attempt-parts.js';
 import { BeginningStore, ClaimAndBegin } from './claim-and-begin.js';
-import { ClaimRouting } from './claim-routing.js';
+import { AnsweredShareRouting } from './claim-routing-answered.js';
 import { SeparateClaim } from './separate-claim.js';
 import { answerOf, lendConnection, Pools } from './pools.js';
 import { claimResult, type ClaimRow } from './claim-statements.js';
@@ -81,7 +81,7 @@ export class PostgresIdempotencyStore extends BeginningStore {
     this.attemptParts = {
       pools: this.pools,
       statements: this.statements,
-      routing: new ClaimRouting(dataSource, claimPool),
+      routing: new AnsweredShareRouting(dataSource, claimPool),
       keyLockHolders: new Set(),
       separateClaim: new SeparateClaim(this.statements),
     };
