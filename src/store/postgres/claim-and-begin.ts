@@ -23,31 +23,14 @@ export abstract class BeginningStore extends IdempotencyStore<EntityManager> {
   protected abstract readonly claimAndBegin: ClaimAndBegin;
 
   /**
-   * The claim and the BEGIN of the work's transaction in one round trip, on
-   * the connection the work then uses: one pipeline of parameterised
-   * statements (see `pipelined`), no value ever in a statement's text.
+   * The claim and the BEGIN of the work's transaction in one round trip, on the connection the work then uses, every
+   * value a parameter.
    *
-   * - `separate`: `BEGIN ISOLATION LEVEL READ COMMITTED`, the claim, `COMMIT`,
-   *   `START TRANSACTION`. The claim commits on its own (another connection
-   *   sees it at once; a later ROLLBACK leaves it), durably: the work may use
-   *   its generation in calls to other systems before its own COMMIT, and a
-   *   retry after a crash of the database must find that same generation.
-   *   It runs at READ COMMITTED whatever the server's, the database's or the
-   *   role's default, so a concurrent claim's commit is read, never a
-   *   serialization failure. When the main pool has no connection free, the
-   *   claim goes to the claim pool instead, so that replays and 409s never
-   *   queue behind business transactions, and the BEGIN follows once a
-   *   connection is free (see claim-routing.ts).
-   * - `request-transaction`: `START TRANSACTION`, the claim, `SAVEPOINT`. The
-   *   savepoint lets a failure's response be stored under the key's lock, so a
-   *   duplicate waiting on it finds the stored answer. The transaction keeps
-   *   the app's isolation level; under a stricter one than READ COMMITTED a
-   *   claim whose snapshot predates the key's last commit fails with a
-   *   serialization failure, and the transaction starts again (the
-   *   partitioned table refuses the mode there).
-   *
-   * Behind PgBouncer in transaction pooling the pipeline ends inside an open
-   * transaction, so the server connection stays with this client.
+   * - `separate`: the claim commits on its own, durably, at READ COMMITTED whatever the defaults (a concurrent
+   *   claim's commit is read, never a serialization failure): the work may use its generation before its own
+   *   COMMIT, and a retry after a crash must find it. The work's BEGIN goes out with its first statement.
+   * - `request-transaction`: `START TRANSACTION`, the claim, `SAVEPOINT`, so a failure's response can be stored
+   *   under the key's lock; the app's isolation level stands (a serialization failure starts it again).
    */
   override async begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs = 0): Promise<BeginResult<EntityManager>> {
     return this.claimAndBegin.begin(request, mode, lockTimeoutMs);
@@ -99,14 +82,9 @@ export class ClaimAndBegin {
   }
 
   /**
-   * A separate claim whose work runs at READ COMMITTED: the claim committed
-   * on its own (see `SeparateClaim`) in one round trip on the connection the
-   * work then uses, and no transaction opened by it. The
-   * work's own BEGIN goes out with its first statement (see DeferredBegin), so
-   * a new key still costs three round trips, and a replay, a 409 or a 422 one,
-   * with nothing to roll back. When the main pool has no room the claim goes
-   * to the claim pool instead, so those never queue behind business
-   * transactions (see claim-routing.ts).
+   * A separate claim whose work runs at READ COMMITTED, committed on its own (`SeparateClaim`) on the connection the
+   * work then uses; the work's BEGIN goes out with its first statement (`DeferredBegin`), so a replay, a 409 or a 422
+   * opens no transaction. No room on the main pool: the claim pool (claim-routing.ts).
    */
   private async beginSeparate(request: ClaimRequest): Promise<BeginResult<EntityManager>> {
     const { pools, separateClaim, routing } = this.parts;
@@ -150,10 +128,8 @@ export class ClaimAndBegin {
   }
 
   /**
-   * TypeORM's `startTransaction()` on `runner` (the app's subscribers see the
-   * transaction start), its START TRANSACTION deferred to the work's first
-   * statement. On a client the BEGIN cannot be written ahead of a statement
-   * on (not node-postgres's JavaScript client), it is sent and awaited.
+   * TypeORM's `startTransaction()` on `runner` (the app's subscribers see the start), its START TRANSACTION deferred
+   * to the work's first statement; sent and awaited on a client other than node-postgres's JavaScript one.
    */
   async deferBegin(runner: SourceQueryRunner, held?: PgClient): Promise<DeferredBegin | undefined> {
     const client = held ?? ((await runner.connect()) as PgClient);
