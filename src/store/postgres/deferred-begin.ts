@@ -2,7 +2,8 @@ import type { SourceDataSource, SourceQueryRunner } from '../connection.js';
 import type { PipelinedStatement } from './pipelined.js';
 import type { PgClient } from './pools.js';
 import { sendAfterBegin, sendBeginAlone } from './deferred-begin-alone.js';
-import { OWN, queryClassOf, queryOf, type PgConnection, type PgQuery } from './node-postgres-query.js';
+import { OWN, queryClassOf, queryOf } from './node-postgres-query.js';
+import type { PgConnection, PgQuery } from './node-postgres-types.js';
 
 /**
  * The work's `START TRANSACTION` of a separate claim, sent with the work's first statement in the same batch (no
