@@ -1,3 +1,5 @@
+import type { ClaimRequest } from '../../core/idempotency-store.js';
+import type { SourceQueryRunner } from '../connection.js';
 import type { AnsweredShareRouting } from './claim-routing-answered.js';
 import type { ClaimKeeper } from './request-transaction.js';
 import type { DeferredBegin } from './deferred-begin.js';
@@ -26,4 +28,20 @@ export interface AttemptShape {
   holdsKeyLock?: boolean;
   /** The transaction's BEGIN waits for the work's first statement; the completion's message takes it when none came. */
   deferredBegin?: DeferredBegin;
+}
+
+/** An open attempt's state, shared by its commit (attempt.ts), rollback and abort (attempt-rollback.ts). */
+export interface AttemptLife {
+  parts: AttemptParts;
+  runner: SourceQueryRunner;
+  request: ClaimRequest;
+  how: AttemptShape;
+  ended: boolean;
+  /** The completion is on its way: too late to abort. */
+  committing: boolean;
+  aborted: boolean;
+  /** Counts the attempt's end (its connection given back) into the routing, once the key lock is no longer held. */
+  recordEnd: () => void;
+  /** Ends the attempt and gives its connection back, dropped after `failure` (see `endAndRelease`). */
+  end: (failure?: unknown) => Promise<void>;
 }

@@ -2,13 +2,14 @@ import type { EntityManager } from 'typeorm';
 import type { SourceQueryRunner } from '../connection.js';
 import { asWorkManager } from '../work-manager.js';
 import type { ClaimRequest, OpenAttempt } from '../../core/idempotency-store.js';
-import type { AttemptParts, AttemptShape } from './attempt-parts.js';
-import { endAndRelease, endLease, MAY_HOLD_KEY } from './end-and-release.js';
+import type { AttemptLife, AttemptParts, AttemptShape } from './attempt-parts.js';
+import { abortAttempt, rollbackAttempt } from './attempt-rollback.js';
+import { endAndRelease, MAY_HOLD_KEY } from './end-and-release.js';
 import type { PipelinedResult } from './pipelined.js';
 import { exchange } from './exchange.js';
 import { isFenceLost } from './statements.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
-import { ADMIN_SHUTDOWN, isUnavailableError } from './unavailable.js';
+import { isUnavailableError } from './unavailable.js';
 
 /**
  * The end of an attempt begun on `runner`, whose transaction is open: the
@@ -24,27 +25,32 @@ export function openAttempt(
   const { pools, statements, routing, keyLockHolders } = parts;
   const { keeper, writesRow = false, holdsKeyLock = false } = how;
   if (holdsKeyLock) keyLockHolders.add(request.ownerToken);
-  let ended = false;
-  /** The completion is on its way: too late to abort. */
-  let committing = false;
-  let aborted = false;
   const openedAt = routing.attemptOpened();
-  const recordEnd = () => {
-    keyLockHolders.delete(request.ownerToken);
-    routing.attemptEnded(openedAt);
-  };
-  const end = async (failure?: unknown) => {
-    ended = true;
-    recordEnd();
-    await endAndRelease(runner, failure);
+  const life: AttemptLife = {
+    parts,
+    runner,
+    request,
+    how,
+    ended: false,
+    committing: false,
+    aborted: false,
+    recordEnd: () => {
+      keyLockHolders.delete(request.ownerToken);
+      routing.attemptEnded(openedAt);
+    },
+    end: async (failure?: unknown) => {
+      life.ended = true;
+      life.recordEnd();
+      await endAndRelease(runner, failure);
+    },
   };
   return {
     tx: asWorkManager(runner.manager),
     holdsKeyLock,
     commit: async (response, ttlMs) => {
-      if (aborted) return false;
-      if (ended) throw new Error('This attempt has already ended.');
-      committing = true;
+      if (life.aborted) return false;
+      if (life.ended) throw new Error('This attempt has already ended.');
+      life.committing = true;
       /** The COMMIT answered ROLLBACK (the completion before it failed): the transaction has ended on the server. */
       let rolledBack = false;
       let answers: PipelinedResult[] | undefined;
@@ -70,8 +76,8 @@ export function openAttempt(
           if (!last.ok) throw last.error;
           if (failed) throw new Error('The completion ran in a failed transaction.');
         });
-        ended = true;
-        recordEnd();
+        life.ended = true;
+        life.recordEnd();
         await runner.release();
         return true;
       } catch (error) {
@@ -80,57 +86,12 @@ export function openAttempt(
         // round trip and a warning in the server's log).
         if (rolledBack) await withTransactionStatementReplaced(runner, 'ROLLBACK', async () => undefined).catch(() => undefined);
         const letGo = !keeper || isUnavailableError(error) || (await keeper.afterFailedCompletion(runner, answers));
-        await end(letGo ? error : MAY_HOLD_KEY);
+        await life.end(letGo ? error : MAY_HOLD_KEY);
         if (isFenceLost(error)) return false;
         throw error;
       }
     },
-    rollback: async (keepClaim) => {
-      if (ended || aborted) return false;
-      if (keepClaim && keeper) {
-        try {
-          if (await keeper.keep(runner)) return true;
-        } catch (error) {
-          if (isUnavailableError(error)) {
-            if (!ended) await end(error);
-            throw error;
-          }
-        }
-      }
-      ended = true;
-      recordEnd();
-      let drop: unknown;
-      try {
-        if (keeper) drop = await keeper.rollback(runner);
-        else if (runner.isTransactionActive) await runner.rollbackTransaction();
-      } catch (error) {
-        if (isUnavailableError(error)) {
-          if (how.deferredBegin && !how.deferredBegin.opened) await endLease(parts, request);
-          throw error;
-        }
-        // Whatever else the connection holds of the key cannot be known now: it goes rather than back to the pool.
-        if (keeper) drop = MAY_HOLD_KEY;
-      } finally {
-        if (drop !== undefined) await endAndRelease(runner, drop);
-        else if (!runner.isReleased) await runner.release();
-      }
-      return false;
-    },
-    abort: async () => {
-      if (ended || committing || aborted) return;
-      aborted = true;
-      // The work may be anywhere: waiting on another system (its connection idle in the transaction) or inside a
-      // statement of its own. Ending its server process ends both, rolls the transaction back and frees the key's
-      // lock; the work's next statement fails, and its connection is dropped rather than lent again.
-      const pid = (runner as unknown as { databaseConnection?: { processID?: number } }).databaseConnection?.processID;
-      if (pid !== undefined) {
-        // `::integer` on Citus: it adds pg_terminate_backend(bigint, bigint), and an untyped parameter then fails
-        // (42725, not unique), so the hung attempt would keep its key. One server gets the text it always got.
-        const text = parts.statements.citus ? 'SELECT pg_terminate_backend($1::integer)' : 'SELECT pg_terminate_backend($1)';
-        const terminate = { text, values: [pid] };
-        await pools.run(terminate, { source: pools.claimPool }).catch(() => undefined);
-      }
-      await end(Object.assign(new Error('The attempt held its key past maxHold and was ended.'), { code: ADMIN_SHUTDOWN }));
-    },
+    rollback: (keepClaim) => rollbackAttempt(life, keepClaim),
+    abort: () => abortAttempt(life),
   };
 }
