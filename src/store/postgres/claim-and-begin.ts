@@ -11,7 +11,8 @@ import type { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
 import { RequestTransactionBegin } from './request-transaction.js';
 import { beginAfterClaimPool } from './begin-after-claim-pool.js';
 import { beginHoldingKeyLock } from './begin-holding-key-lock.js';
-import { claimResult, type ClaimRow } from './claim-statements.js';
+import { claimResult } from './claim-statements.js';
+import type { ClaimRow } from './claim-row.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
 import { isUnavailableError } from './unavailable.js';
 

@@ -1,47 +1,22 @@
 import { createHash } from 'node:crypto';
 import type { ClaimRequest, ClaimResult, StoredResponse } from '../../core/idempotency-store.js';
-import { keyStoreStatements, type READ_COMMITTED_NEEDED } from '../key-store.sql.js';
-import { keyUpkeepStatements } from '../key-upkeep.sql.js';
+import type { keyStoreStatements } from '../key-store.sql.js';
+import type { keyUpkeepStatements } from '../key-upkeep.sql.js';
+import type { ClaimFunction, ClaimRow } from './claim-row.js';
 import type { PipelinedStatement } from './pipelined.js';
-import { citusKeyStatements } from '../citus/citus.sql.js';
-
-/** The key table's claim functions: `claim` commits on its own or joins a transaction; `claim_in_transaction` only joins one. */
-export type ClaimFunction = 'claim' | 'claim_in_transaction';
-
-/** The row a claim function answers. */
-export interface ClaimRow {
-  /** `read_committed_needed`: a claim sent alone that would have written under another level (separate-claim.ts). */
-  state: 'claimed' | 'in_flight' | 'completed' | 'mismatch' | typeof READ_COMMITTED_NEEDED;
-  attempt: number;
-  generation: string | null;
-  retry_after: number | null;
-  response_status: number | null;
-  response_headers: Array<[string, string]> | null;
-  response_body: Buffer | null;
-  recovery_point: string | null;
-  phase_results: string | null;
-}
 
 /**
- * The claim and completion calls on one key table, every value a parameter (the other statements: `KeyStatements`,
- * statements.ts). With `preparedStatements` they get a name; that is all the option changes.
+ * The claim and completion calls on one key table, every value a parameter (the rest, and the constructor:
+ * `KeyStatements`). With `preparedStatements` they get a name; that is all the option changes.
  */
-export class ClaimStatements {
+export abstract class ClaimStatements {
   /** The statements' texts (see key-store.sql.ts and key-upkeep.sql.ts). */
-  readonly sql: {
+  abstract readonly sql: {
     readonly [K in keyof ReturnType<typeof keyStoreStatements> | keyof ReturnType<typeof keyUpkeepStatements>]: string;
   };
 
-  constructor(
-    protected readonly table: string,
-    tableName: string,
-    protected readonly options: { preparedStatements: boolean; partitioned: boolean; citus?: boolean },
-  ) {
-    const sql = { ...keyStoreStatements(table, tableName), ...keyUpkeepStatements(table) };
-    // Citus (prototype, issue 31): the writes the coordinator refuses, and the key lock it would take on itself, go
-    // through the functions delegated to the tenant's worker.
-    this.sql = options.citus ? { ...sql, ...citusKeyStatements(table) } : sql;
-  }
+  protected abstract readonly table: string;
+  protected abstract readonly options: { preparedStatements: boolean; partitioned: boolean; citus?: boolean };
 
   /** The call of a claim function. */
   claim(request: ClaimRequest, name: ClaimFunction, lockTimeoutMs: number | null): PipelinedStatement {

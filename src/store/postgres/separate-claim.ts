@@ -4,7 +4,7 @@ import { READ_COMMITTED_NEEDED } from '../key-store.sql.js';
 import type { PipelinedResult } from './pipelined.js';
 import { exchange } from './exchange.js';
 import type { PgClient } from './pools.js';
-import type { ClaimRow } from './claim-statements.js';
+import type { ClaimRow } from './claim-row.js';
 import { BEGIN_READ_COMMITTED, type KeyStatements } from './statements.js';
 
 /**

@@ -1,6 +1,10 @@
 import type { ClaimRef, ClaimRequest, StoredResponse } from '../../core/idempotency-store.js';
 import { FENCE_LOST_SQLSTATE } from '../key-function-parts.sql.js';
-import { ClaimStatements, type ClaimFunction } from './claim-statements.js';
+import { keyStoreStatements } from '../key-store.sql.js';
+import { keyUpkeepStatements } from '../key-upkeep.sql.js';
+import { citusKeyStatements } from '../citus/citus.sql.js';
+import type { ClaimFunction } from './claim-row.js';
+import { ClaimStatements } from './claim-statements.js';
 import type { PipelinedResult, PipelinedStatement } from './pipelined.js';
 
 /**
@@ -17,6 +21,21 @@ export const SERIALIZATION_FAILURE = '40001';
 
 /** The module's other statements on one key table (see `ClaimStatements`). */
 export class KeyStatements extends ClaimStatements {
+  /** The statements' texts (see key-store.sql.ts and key-upkeep.sql.ts). */
+  readonly sql: ClaimStatements['sql'];
+
+  constructor(
+    protected readonly table: string,
+    tableName: string,
+    protected readonly options: { preparedStatements: boolean; partitioned: boolean; citus?: boolean },
+  ) {
+    super();
+    const sql = { ...keyStoreStatements(table, tableName), ...keyUpkeepStatements(table) };
+    // Citus (prototype, issue 31): the writes the coordinator refuses, and the key lock it would take on itself, go
+    // through the functions delegated to the tenant's worker.
+    this.sql = options.citus ? { ...sql, ...citusKeyStatements(table) } : sql;
+  }
+
   /** The key table is distributed on Citus (the module option `citus`). */
   get citus(): boolean {
     return Boolean(this.options.citus);
