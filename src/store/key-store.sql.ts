@@ -35,18 +35,6 @@ export function keyStoreStatements(t: string, tableName: string) {
   } as const;
 }
 
-/** The key table's functions, quoted as the store calls them. */
-export function keyStoreFunctionNames(tableName: string): string[] {
-  const t = quoteTableName(tableName);
-  return [
-    fn(t, 'claim'),
-    fn(t, 'complete'),
-    fn(t, 'complete_or_raise'),
-    fn(t, 'claim_in_transaction'),
-    fn(t, 'complete_in_transaction'),
-  ];
-}
-
 /**
  * The functions the claim and the completion call, created by the key table's migration. PL/pgSQL caches their
  * statements' plans per connection, with no client-side prepared statement (which PgBouncer before 1.21 breaks).
