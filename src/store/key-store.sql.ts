@@ -40,8 +40,8 @@ export function keyStoreStatements(t: string, tableName: string) {
  * statements' plans per connection, with no client-side prepared statement (which PgBouncer before 1.21 breaks).
  * The claim decides without a row lock whenever the answer is plain (a valid lease, a stored response, another
  * fingerprint): replays, 409s and 422s write no WAL. Otherwise it inserts or takes the row over, re-checking on the
- * locked latest version, and reads again (up to three times) a row a concurrent claim changed meanwhile. The
- * dialect's parts: function-dialect.ts.
+ * locked latest version, and reads again (up to three times) a row a concurrent claim changed meanwhile: each
+ * statement of a PL/pgSQL function sees rows committed before it started. The dialect's parts: function-dialect.ts.
  *
  * @param tableName the key table, possibly schema-qualified
  */

@@ -58,8 +58,7 @@ export class ClaimAndBegin {
 
   /**
    * Whether the work's transactions run at READ COMMITTED (or READ UNCOMMITTED, the same in PostgreSQL): the data
-   * source's `isolationLevel`, else the default a connection of its pool gets (the server's, the database's, the
-   * role's or the connection's own), read once.
+   * source's `isolationLevel`, else its connections' default, read once.
    */
   businessReadCommitted(): Promise<boolean> {
     const { pools } = this.parts;
