@@ -1,7 +1,7 @@
 // The start-up check's statements (src/store/schema-check.ts, sent as it sends them) on the coordinator, then the
 // prototype's check of the Citus layout (citusLayoutProblems) on the full layout and on half-distributed ones.
 import pg from 'pg';
-import { keyStoreFunctionNames } from '../../.citus-build/store/key-store.sql.js';
+import { keyStoreFunctionNames } from '../../.citus-build/store/key-function-names.js';
 import { KEY_FUNCTIONS_VERSION } from '../../.citus-build/store/key-function-parts.sql.js';
 import { citusLayoutProblems } from '../../.citus-build/store/citus/citus-layout-check.js';
 import { keyStoreFunctions as functionsOf } from '../../.citus-build/store/key-store.sql.js';

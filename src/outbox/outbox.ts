@@ -1,6 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
-import { asWorkManager, type SourceDataSource } from '../store/connection.js';
+import type { SourceDataSource } from '../store/connection.js';
+import { asWorkManager } from '../store/work-manager.js';
 import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { idempotencyContext } from '../transaction/idempotency-context.js';

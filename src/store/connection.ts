@@ -1,5 +1,3 @@
-import type { EntityManager } from 'typeorm';
-
 /**
  * What the module uses of a database connection source: the members its
  * store, schema check, sweeper, outbox, ledger and integrations call. TypeORM's
@@ -58,15 +56,4 @@ export interface SourceDataSource {
   query(sql: string, parameters?: any[]): Promise<any>;
   transaction<T>(work: (manager: SourceManager) => Promise<T>): Promise<T>;
   destroy(): Promise<void>;
-}
-
-/**
- * The work's transaction handle as the module's API types it: TypeORM's
- * `EntityManager`, what a TypeORM app is handed. On a plain pg pool it is a
- * `SourceManager` (`query` and `queryRunner`, which the Drizzle and pg-pool
- * integrations use) and has nothing of TypeORM's repositories: such an app
- * writes through its ORM's integration (docs/transactions.md).
- */
-export function asWorkManager(manager: SourceManager): EntityManager {
-  return manager as EntityManager;
 }

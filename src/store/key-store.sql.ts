@@ -13,27 +13,11 @@ import {
 import { requestTransactionKeyFunctions, requestTransactionKeyStatements } from './request-transaction-key.sql.js';
 
 /**
- * The key store's statements, one per cell group of the state table:
- *
- * | key state when the request arrives | same fingerprint          | different fingerprint |
- * | ---------------------------------- | ------------------------- | --------------------- |
- * | absent, or expired (swept or not)  | claim, new owner token    | -                     |
- * | in flight, lease valid             | 409, Retry-After = lease  | 422                   |
- * | in flight, lease expired           | take over, new owner token| 422                   |
- * | completed                          | replay the stored response| 422                   |
- *
- * "Expired" is `expires_at <= now()` unless the lease is still valid: a key
- * whose lease runs is never absent, whatever its TTL. Every comparison uses
- * the database clock. `claim` answers the whole table in one atomic
- * statement, committed on its own (at READ COMMITTED, whatever the server's
- * default: see the store); `complete` is fenced by the owner token inside
- * the work's transaction. What no new key sends (the heartbeat, phases,
- * releases, the sweeper's batches) is in key-upkeep.sql.ts.
- *
- * Parameters: claim ($1 tenant, $2 key, $3 fingerprint, $4 owner token,
- * $5 lease ms, $6 ttl ms, $7 lock timeout ms, or null for a separate claim,
- * which then writes only at READ COMMITTED); complete ($1-$3
- * tenant, key, owner token, $4 status, $5 headers, $6 body, $7 ttl ms).
+ * The default mode's statements: `claim` answers the whole state table (docs/requests.md) in one atomic call, by
+ * the database clock; `complete` is fenced by the owner token. What no new key sends is in key-upkeep.sql.ts.
+ * Parameters: claim ($1 tenant, $2 key, $3 fingerprint, $4 owner token, $5 lease ms, $6 ttl ms, $7 lock timeout ms,
+ * or null for a separate claim, which then writes only at READ COMMITTED); complete ($1-$3 tenant, key, owner
+ * token, $4 status, $5 headers, $6 body, $7 ttl ms).
  *
  * @param t the table name, already quoted (`quoteTableName`)
  * @param tableName the same, as given (it seeds the key's lock: see `keyLock`)
@@ -42,10 +26,7 @@ export function keyStoreStatements(t: string, tableName: string) {
   return {
     // A separate attempt's transaction holding the key's lock (see the store's holdKeyLockStatement): $1 tenant, $2 key.
     holdKeyLock: `${sqlMarker('hold-key')} SELECT pg_try_advisory_xact_lock(${keyLock(tableName, '$1::text', '$2::text')}) AS locked`,
-    // One round trip answers every cell of the state table: a short call of
-    // the claim function (see keyStoreFunctions), whose statements PostgreSQL
-    // plans once per connection. Unnamed, so PgBouncer in transaction pooling
-    // needs nothing. $7 is a lock timeout in ms (request-transaction mode), or null (separate).
+    // Unnamed, so PgBouncer in transaction pooling needs nothing; PL/pgSQL plans the function's statements once per connection.
     claim: `${sqlMarker('claim')} SELECT * FROM ${fn(t, 'claim')}($1, $2, $3, $4::uuid, $5, $6, $7)`,
     complete: `${sqlMarker('complete')} SELECT ${fn(t, 'complete')}($1, $2, $3::uuid, $4, $5::jsonb, $6, $7) AS completed`,
     // The same, raising FENCE_LOST_SQLSTATE instead of answering false: for a completion followed by COMMIT.
@@ -54,37 +35,13 @@ export function keyStoreStatements(t: string, tableName: string) {
   } as const;
 }
 
-/** The key table's functions, quoted as the store calls them. */
-export function keyStoreFunctionNames(tableName: string): string[] {
-  const t = quoteTableName(tableName);
-  return [
-    fn(t, 'claim'),
-    fn(t, 'complete'),
-    fn(t, 'complete_or_raise'),
-    fn(t, 'claim_in_transaction'),
-    fn(t, 'complete_in_transaction'),
-  ];
-}
-
 /**
- * The functions the claim and the completion call, created by the key
- * table's migration after the table. PL/pgSQL caches the plans of its
- * statements per connection, so a call costs a short parse and the plan is
- * reused, with no client-side prepared statement (which PgBouncer before
- * 1.21 breaks in transaction pooling).
- *
- * The claim reads the row first and decides without locking it whenever the
- * answer is plain (a valid lease, a stored response, another fingerprint), so
- * replays, 409s and 422s take no row lock and write no WAL. Otherwise it
- * inserts, or takes the row over when it expired or its lease lapsed with the
- * same fingerprint, re-checking on the locked, latest row version. A row
- * that changed between the read and the write (a concurrent claim committed
- * meanwhile) is read again, up to three times; every statement of a
- * PL/pgSQL function sees rows committed before it started.
- *
- * On one server the dialect's parts (function-dialect.ts) are `now()` and
- * `clock_timestamp()`, with nothing declared and no guard; the Citus texts
- * read the clocks into variables and check where they run.
+ * The functions the claim and the completion call, created by the key table's migration. PL/pgSQL caches their
+ * statements' plans per connection, with no client-side prepared statement (which PgBouncer before 1.21 breaks).
+ * The claim decides without a row lock whenever the answer is plain (a valid lease, a stored response, another
+ * fingerprint): replays, 409s and 422s write no WAL. Otherwise it inserts or takes the row over, re-checking on the
+ * locked latest version, and reads again (up to three times) a row a concurrent claim changed meanwhile: each
+ * statement of a PL/pgSQL function sees rows committed before it started. The dialect's parts: function-dialect.ts.
  *
  * @param tableName the key table, possibly schema-qualified
  */
@@ -93,21 +50,16 @@ export function keyStoreFunctions(tableName: string, dialect: FunctionDialect = 
 }
 
 /**
- * The claim's state when it would have to write under a snapshot older than its own statement: it ran alone, as
- * its own transaction, on a connection whose default isolation is REPEATABLE READ or SERIALIZABLE. Nothing was
- * written; the store sends the claim again inside `BEGIN ISOLATION LEVEL READ COMMITTED`. (Read-only answers, a
- * replay, a 409 or a 422, are right under any snapshot taken at the statement's start: they stand.)
+ * The claim's state when, sent alone on a connection defaulting to REPEATABLE READ or SERIALIZABLE, it would have
+ * to write under an older snapshot: nothing written, the store sends it again inside `BEGIN ISOLATION LEVEL READ
+ * COMMITTED`. (A replay, a 409 or a 422 is right under any snapshot taken at the statement's start.)
  */
 export const READ_COMMITTED_NEEDED = 'read_committed_needed';
 
 /**
- * The plain table's claim on one server, before it writes: only READ COMMITTED may write here, since a snapshot
- * older than the statement would miss a claim committed meanwhile. The store sends that claim alone (its own
- * implicit transaction, two statements fewer than BEGIN and COMMIT around it); on a connection whose default is
- * another level it writes nothing and asks to be sent again in a READ COMMITTED transaction. The check is for the
- * claims the store sends, with a null lock timeout (`$7`); claim_in_transaction calls this function with one, from
- * inside the work's transaction, where it must write at whatever level that runs (see there). On Citus the store
- * always sends the claim inside a transaction, and the text has no such check.
+ * The plain table's claim on one server, before it writes: only READ COMMITTED may write (an older snapshot would
+ * miss a claim committed meanwhile). Only for the claim sent alone (null lock timeout): claim_in_transaction calls
+ * with one and writes at the work's level. Citus always sends the claim inside a transaction: no check there.
  */
 const READ_COMMITTED_ONLY = `IF p_lock_timeout_ms IS NULL
             AND current_setting('transaction_isolation') NOT IN ('read committed', 'read uncommitted') THEN
@@ -201,10 +153,8 @@ function claimFunction(tableName: string, dialect: FunctionDialect = 'postgres')
 }
 
 /**
- * The completion functions: a fenced UPDATE by tenant, key and owner token,
- * the same on the plain and the partitioned table (where it finds the row in
- * whichever partition holds it); and, between them, the functions of claim
- * mode `request-transaction` (request-transaction-key.sql.ts).
+ * The completion functions, a fenced UPDATE the same on the plain and the partitioned table; between them, those of
+ * claim mode `request-transaction` (request-transaction-key.sql.ts).
  */
 export function completionFunctions(tableName: string, dialect: FunctionDialect = 'postgres'): string[] {
   const t = quoteTableName(tableName);

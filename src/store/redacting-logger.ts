@@ -1,11 +1,7 @@
 import type { SourceDataSource, StatementLogger } from './connection.js';
 import { REDACTED, redactQueryError } from './redacted-query-error.js';
 
-/**
- * Every statement of the module starts with this comment. It lets the
- * redaction below tell the module's SQL from the application's, and it
- * names the statement in `pg_stat_statements` and `pg_stat_activity`.
- */
+/** Opens every statement of the module: tells its SQL from the app's, and names it in `pg_stat_statements`. */
 export const MODULE_SQL_MARKER = '/* nest-idempotency:';
 
 /** The marker comment that opens the module's statement `name` (e.g. `sqlMarker('claim')`). */
@@ -25,11 +21,7 @@ function redactParameters<P>(sql: string, parameters: P): P {
 /** Marks loggers this module made, so wrapping is done once per logger. */
 const WRAPPED = Symbol('nest-idempotency:redacting-logger');
 
-/**
- * Wraps a TypeORM logger so that the parameters of the module's statements
- * never reach it (query, slow-query and query-error logging), while the
- * application's own queries are logged exactly as before.
- */
+/** Wraps a TypeORM logger so the module's statements' parameters never reach it; the app's are logged as before. */
 export function redactingLogger(inner: StatementLogger): StatementLogger {
   if ((inner as { [WRAPPED]?: true })[WRAPPED]) return inner;
   const wrapper: StatementLogger & { [WRAPPED]: true } = {
@@ -53,11 +45,7 @@ export function redactingLogger(inner: StatementLogger): StatementLogger {
 /** Data sources whose logger is already guarded. */
 const guarded = new WeakSet<SourceDataSource>();
 
-/**
- * Puts the redacting wrapper around `dataSource.logger`, now and whenever it
- * is replaced later (`setOptions({ logger })` assigns a new one). Safe to call
- * any number of times.
- */
+/** Puts the redacting wrapper around `dataSource.logger`, now and whenever it is replaced (`setOptions({ logger })`). */
 export function installRedactingLogger(dataSource: SourceDataSource): void {
   if (guarded.has(dataSource)) return;
   guarded.add(dataSource);

@@ -13,7 +13,8 @@ import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { IdempotencyStore } from '../core/idempotency-store.js';
 import { PostgresIdempotencyStore } from './postgres/postgres-idempotency.store.js';
 import { KEY_FUNCTIONS_VERSION } from './key-function-parts.sql.js';
-import { keyStoreFunctionNames, keyStoreFunctions } from './key-store.sql.js';
+import { keyStoreFunctionNames } from './key-function-names.js';
+import { keyStoreFunctions } from './key-store.sql.js';
 import { quoteTableName } from './identifiers.js';
 import {
   KEY_TABLE_COLUMNS,

@@ -1,6 +1,7 @@
 import { Inject, Injectable, Logger, Optional, type ExecutionContext } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
-import { asWorkManager, type SourceDataSource } from '../store/connection.js';
+import type { SourceDataSource } from '../store/connection.js';
+import { asWorkManager } from '../store/work-manager.js';
 import { CompletedAnswers } from '../core/completed-answers.js';
 import { IdempotencyEngine } from '../core/idempotency-engine.js';
 import { IdempotencyStore } from '../core/idempotency-store.js';

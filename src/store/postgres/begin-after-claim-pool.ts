@@ -2,7 +2,8 @@ import type { EntityManager } from 'typeorm';
 import { performance } from 'node:perf_hooks';
 import type { SourceQueryRunner } from '../connection.js';
 import type { BeginResult, ClaimRequest } from '../../core/idempotency-store.js';
-import { endAndRelease, openAttempt } from './attempt.js';
+import { openAttempt } from './attempt.js';
+import { endAndRelease } from './end-and-release.js';
 import type { ClaimAndBegin } from './claim-and-begin.js';
 import type { DeferredBegin } from './deferred-begin.js';
 

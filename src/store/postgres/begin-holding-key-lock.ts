@@ -1,10 +1,13 @@
 import type { EntityManager } from 'typeorm';
 import type { BeginResult, ClaimRequest } from '../../core/idempotency-store.js';
-import { endAndRelease, openAttempt } from './attempt.js';
+import { openAttempt } from './attempt.js';
+import { endAndRelease } from './end-and-release.js';
 import { notRun, type SeparateBegin } from './begin-after-claim-pool.js';
 import type { PipelinedResult } from './pipelined.js';
 import { exchange } from './exchange.js';
-import { BEGIN_READ_COMMITTED, claimResult, lockTaken, type ClaimRow } from './statements.js';
+import { claimResult } from './claim-statements.js';
+import type { ClaimRow } from './claim-row.js';
+import { BEGIN_READ_COMMITTED, lockTaken } from './statements.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
 import { isUnavailableError } from './unavailable.js';
 

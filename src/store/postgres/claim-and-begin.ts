@@ -1,7 +1,9 @@
 import type { EntityManager } from 'typeorm';
 import type { SourceQueryRunner } from '../connection.js';
-import type { BeginResult, ClaimMode, ClaimRequest } from '../../core/idempotency-store.js';
-import { endAndRelease, openAttempt, type AttemptParts } from './attempt.js';
+import { IdempotencyStore, type BeginResult, type ClaimMode, type ClaimRequest } from '../../core/idempotency-store.js';
+import { openAttempt } from './attempt.js';
+import type { AttemptParts } from './attempt-parts.js';
+import { endAndRelease } from './end-and-release.js';
 import type { PipelinedResult } from './pipelined.js';
 import { DeferredBegin } from './deferred-begin.js';
 import type { PgClient } from './pools.js';
@@ -9,17 +11,34 @@ import type { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
 import { RequestTransactionBegin } from './request-transaction.js';
 import { beginAfterClaimPool } from './begin-after-claim-pool.js';
 import { beginHoldingKeyLock } from './begin-holding-key-lock.js';
-import { claimResult, type ClaimRow } from './statements.js';
+import { claimResult } from './claim-statements.js';
+import type { ClaimRow } from './claim-row.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
 import { isUnavailableError } from './unavailable.js';
 
 /** The store's own calls `begin` goes through (a subclass's overrides included). */
 type KeyCalls = Pick<PostgresIdempotencyStore, 'claim' | 'release' | 'renewLease'>;
 
-/**
- * `PostgresIdempotencyStore.begin`: the claim and the BEGIN of the work's
- * transaction in one round trip, on the connection the work then uses.
- */
+/** `PostgresIdempotencyStore`'s `begin`, here with the rest of a new key's path; the store's other calls are in its own file. */
+export abstract class BeginningStore extends IdempotencyStore<EntityManager> {
+  protected abstract readonly claimAndBegin: ClaimAndBegin;
+
+  /**
+   * The claim and the BEGIN of the work's transaction in one round trip, on the connection the work then uses, every
+   * value a parameter.
+   *
+   * - `separate`: the claim commits on its own, durably, at READ COMMITTED whatever the defaults (a concurrent
+   *   claim's commit is read, never a serialization failure): the work may use its generation before its own
+   *   COMMIT, and a retry after a crash must find it. The work's BEGIN goes out with its first statement.
+   * - `request-transaction`: `START TRANSACTION`, the claim, `SAVEPOINT`, so a failure's response can be stored
+   *   under the key's lock; the app's isolation level stands (a serialization failure starts it again).
+   */
+  override async begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs = 0): Promise<BeginResult<EntityManager>> {
+    return this.claimAndBegin.begin(request, mode, lockTimeoutMs);
+  }
+}
+
+/** The store's `begin`: the claim and the work's BEGIN in one round trip, on the connection the work then uses. */
 export class ClaimAndBegin {
   private readCommitted?: Promise<boolean>;
   private readonly requestTransaction: RequestTransactionBegin;
@@ -39,8 +58,7 @@ export class ClaimAndBegin {
 
   /**
    * Whether the work's transactions run at READ COMMITTED (or READ UNCOMMITTED, the same in PostgreSQL): the data
-   * source's `isolationLevel`, else the default a connection of its pool gets (the server's, the database's, the
-   * role's or the connection's own), read once.
+   * source's `isolationLevel`, else its connections' default, read once.
    */
   businessReadCommitted(): Promise<boolean> {
     const { pools } = this.parts;
@@ -64,14 +82,9 @@ export class ClaimAndBegin {
   }
 
   /**
-   * A separate claim whose work runs at READ COMMITTED: the claim committed
-   * on its own (see `SeparateClaim`) in one round trip on the connection the
-   * work then uses, and no transaction opened by it. The
-   * work's own BEGIN goes out with its first statement (see DeferredBegin), so
-   * a new key still costs three round trips, and a replay, a 409 or a 422 one,
-   * with nothing to roll back. When the main pool has no room the claim goes
-   * to the claim pool instead, so those never queue behind business
-   * transactions (see claim-routing.ts).
+   * A separate claim whose work runs at READ COMMITTED, committed on its own (`SeparateClaim`) on the connection the
+   * work then uses; the work's BEGIN goes out with its first statement (`DeferredBegin`), so a replay, a 409 or a 422
+   * opens no transaction. No room on the main pool: the claim pool (claim-routing.ts).
    */
   private async beginSeparate(request: ClaimRequest): Promise<BeginResult<EntityManager>> {
     const { pools, separateClaim, routing } = this.parts;
@@ -115,10 +128,8 @@ export class ClaimAndBegin {
   }
 
   /**
-   * TypeORM's `startTransaction()` on `runner` (the app's subscribers see the
-   * transaction start), its START TRANSACTION deferred to the work's first
-   * statement. On a client the BEGIN cannot be written ahead of a statement
-   * on (not node-postgres's JavaScript client), it is sent and awaited.
+   * TypeORM's `startTransaction()` on `runner` (the app's subscribers see the start), its START TRANSACTION deferred
+   * to the work's first statement; sent and awaited on a client other than node-postgres's JavaScript one.
    */
   async deferBegin(runner: SourceQueryRunner, held?: PgClient): Promise<DeferredBegin | undefined> {
     const client = held ?? ((await runner.connect()) as PgClient);

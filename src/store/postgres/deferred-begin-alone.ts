@@ -1,4 +1,5 @@
-import { queryOf, type PgConnection, type PgQuery, type QueryClass } from './node-postgres-query.js';
+import { queryOf } from './node-postgres-query.js';
+import type { PgConnection, PgQuery, QueryClass } from './node-postgres-types.js';
 
 /** What the fallbacks use of the deferred BEGIN (`DeferredBegin`). */
 export interface BeginOnItsWay {

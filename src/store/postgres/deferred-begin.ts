@@ -2,32 +2,14 @@ import type { SourceDataSource, SourceQueryRunner } from '../connection.js';
 import type { PipelinedStatement } from './pipelined.js';
 import type { PgClient } from './pools.js';
 import { sendAfterBegin, sendBeginAlone } from './deferred-begin-alone.js';
-import { OWN, queryClassOf, queryOf, type PgConnection, type PgQuery } from './node-postgres-query.js';
+import { OWN, queryClassOf, queryOf } from './node-postgres-query.js';
+import type { PgConnection, PgQuery } from './node-postgres-types.js';
 
 /**
- * The work's `START TRANSACTION` of a separate claim, not sent with the claim
- * but with the work's first statement on the claim's connection, in the same
- * round trip. A claim answered without claiming (a replay, a 409, a 422) then
- * opens no transaction at all, and a new key still costs three round trips.
- *
- * TypeORM has already run `startTransaction()` (its subscribers saw the start,
- * and it counts the transaction as open); until the first statement goes out,
- * the server has none. The first statement's protocol messages are preceded,
- * in the same write, by the BEGIN's (Parse, Bind, Execute: no Sync between
- * them), so PostgreSQL runs both as one extended-query batch: when the BEGIN
- * fails, the server skips the statement up to the batch's Sync, and the
- * statement fails with the BEGIN's error. A statement without parameters
- * (the simple protocol) gets the BEGIN in front of its text, one message,
- * which PostgreSQL stops at the first error just the same. Either way the
- * work's statement never runs outside its transaction.
- *
- * A first statement that cannot carry it (a stream, a cursor, a named statement
- * not yet parsed) and the statements sent while the BEGIN's answer is still out
- * wait for the BEGIN to open the transaction: see deferred-begin-alone.ts.
- *
- * A ROLLBACK before any statement (the work failed without touching the
- * database) sends nothing, and the completion takes the BEGIN into its own
- * message (`take`).
+ * The work's `START TRANSACTION` of a separate claim, sent with the work's first statement in the same batch (no
+ * Sync between), so a BEGIN that fails makes PostgreSQL skip the statement: it never runs outside its transaction.
+ * TypeORM has already run `startTransaction()`. Statements that cannot carry it: deferred-begin-alone.ts. Why and
+ * how: docs/design.md#the-deferred-begin.
  */
 export class DeferredBegin {
   /** armed: nothing sent; sent: the first statement carries it; open / failed: its answer. */
@@ -49,11 +31,8 @@ export class DeferredBegin {
   }
 
   /**
-   * Defers `statement` (the work's START TRANSACTION, as TypeORM would send
-   * it) to the first statement on `client`, the connection `runner` holds.
-   * Called from within TypeORM's `startTransaction()`, so that a statement of
-   * the app's `afterTransactionStart` subscribers carries it too; `watchRunner`
-   * follows once that has returned.
+   * Defers `statement` to the first statement on `client`. Called from within TypeORM's `startTransaction()`, so that
+   * a statement of the app's `afterTransactionStart` subscribers carries it too; `watchRunner` follows.
    */
   static arm(runner: SourceQueryRunner, client: PgClient, statement: string, source: SourceDataSource): DeferredBegin {
     const begin = new DeferredBegin(runner, client, statement, source);
@@ -66,26 +45,14 @@ export class DeferredBegin {
     return queryClassOf(client) !== undefined;
   }
 
-  /** Nothing has been sent on the connection since the claim: the server has no transaction open yet. */
-  get pending(): boolean {
-    return this.state === 'armed';
-  }
-
-  /**
-   * The transaction may be open on the server: the BEGIN answered, went out
-   * with the completion, or was dropped by a ROLLBACK before any statement.
-   * False while it waits, is on its way, or failed.
-   */
+  /** The BEGIN answered, went out with the completion, or was dropped by a ROLLBACK before any statement. */
   get opened(): boolean {
     return this.state === 'open';
   }
 
   /**
-   * The BEGIN as the first statement of a message the store sends itself
-   * (the completion's: `START TRANSACTION`, completion, `COMMIT`), when the
-   * work sent none; undefined once it has gone out. Its transaction would hold
-   * the completion alone, so even a BEGIN that failed there changes nothing:
-   * the completion then commits on its own, as it would have with it.
+   * The BEGIN for the completion's message when the work sent no statement; undefined once it has gone out. A BEGIN
+   * failing there changes nothing: the completion then commits alone, all its transaction would have held.
    */
   take(): PipelinedStatement | undefined {
     if (this.state !== 'armed') return undefined;
@@ -96,21 +63,14 @@ export class DeferredBegin {
     return { text: this.statement };
   }
 
-  /**
-   * Logs the BEGIN through the data source's logger once, before the
-   * statement that carries it (TypeORM logs a statement before sending it).
-   */
+  /** Logs the BEGIN once, before the statement that carries it, as TypeORM logs a statement before sending it. */
   private announce(): void {
     if (this.announced) return;
     this.announced = true;
     this.source.logger.logQuery(this.statement, undefined, this.runner);
   }
 
-  /**
-   * TypeORM's side: the first statement through the runner logs the BEGIN
-   * ahead of itself; a ROLLBACK before any statement sends nothing (TypeORM
-   * still tells the app's subscribers of the rollback).
-   */
+  /** TypeORM's side: a ROLLBACK before any statement sends nothing (TypeORM still tells its subscribers). */
   watchRunner(): void {
     if (this.state !== 'armed') return;
     const own = this.runner as SourceQueryRunner & { query: SourceQueryRunner['query'] };
@@ -168,10 +128,7 @@ export class DeferredBegin {
     return this.send(query, values, callback) ?? result;
   }
 
-  /**
-   * Hands `query` to node-postgres; for a submittable the caller passed (a
-   * cursor, a stream, a Query), what node-postgres returns for it.
-   */
+  /** Hands `query` to node-postgres; for a submittable the caller passed, what node-postgres returns for it. */
   send(query: PgQuery, values: unknown, callback: unknown): unknown {
     const own = (query as { [OWN]?: boolean })[OWN];
     const sent = (this.clientQuery as (...args: unknown[]) => unknown).call(

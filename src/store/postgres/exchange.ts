@@ -5,10 +5,8 @@ import { pipelined, type PipelinedResult, type PipelinedStatement } from './pipe
 import type { PgClient } from './pools.js';
 
 /**
- * Sends `statements` in one round trip (see `pipelined`) and returns what
- * each answered. Each is logged through the data source's logger with its
- * parameters, which the redacting logger hides, and a failure carries
- * neither the text nor the values; a failure's error is logged once.
+ * Sends `statements` in one round trip (`pipelined`), each logged through the data source's logger (which redacts
+ * its parameters); a failure is logged once and carries neither the text nor the values.
  */
 export async function exchange(
   client: PgClient,

@@ -1,6 +1,6 @@
 import type { SourceManager } from '../connection.js';
 import type { ClaimRef, PhaseState } from '../../core/idempotency-store.js';
-import type { AttemptParts } from './attempt.js';
+import type { AttemptParts } from './attempt-parts.js';
 import { isFenceLost } from './statements.js';
 
 /**

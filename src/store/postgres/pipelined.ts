@@ -1,3 +1,5 @@
+import { oneByOne } from './one-by-one.js';
+
 /** One statement of a pipeline: parameterised (extended protocol) when it has values, else a simple query. */
 export interface PipelinedStatement {
   text: string;
@@ -28,23 +30,11 @@ export interface PipelineClient {
 }
 
 /**
- * Sends `statements` on `client` in one round trip, with their values as
- * parameters, never as literals in the text: node-postgres 8.23's pipelining
- * (a Sync after each statement), switched on for this exchange only, on a
- * client the caller holds and that has nothing else in flight. The socket is
- * corked meanwhile, so the whole exchange is one write.
- *
- * Every statement runs, whatever the one before it answered, as PostgreSQL
- * runs them: after an error inside a transaction block the later ones fail
- * ("current transaction is aborted") and a COMMIT answers ROLLBACK. Each
- * result says what its own statement answered; read them in order.
- *
- * A statement's values never reach the server's log: PostgreSQL logs a failing
- * statement's text, and its parameters only with
- * `log_parameter_max_length_on_error` above its default 0.
- *
- * With node-postgres before 8.23 the statements go one after another, each
- * after the previous answer: the same results, one round trip each.
+ * Sends `statements` on `client` (held by the caller, nothing else in flight) in one round trip and one corked
+ * write: node-postgres 8.23's pipelining, a Sync after each statement, values always as parameters (PostgreSQL logs a
+ * failing statement's text, its parameters only with `log_parameter_max_length_on_error` above 0). Every statement
+ * runs whatever the one before answered, as PostgreSQL runs them: after an error in a transaction block the later
+ * ones fail and a COMMIT answers ROLLBACK. Before 8.23: `oneByOne`, the same results, a round trip each.
  */
 export function pipelined(client: PipelineClient, statements: readonly PipelinedStatement[]): Promise<PipelinedResult[]> {
   if (!Array.isArray(client._sentQueryQueue)) return oneByOne(client, statements);
@@ -71,14 +61,14 @@ export function pipelined(client: PipelineClient, statements: readonly Pipelined
   });
 }
 
-type Answer = (error: unknown, result?: { rows: unknown[]; rowCount: number | null }) => void;
+export type Answer = (error: unknown, result?: { rows: unknown[]; rowCount: number | null }) => void;
 
 /**
  * One statement, answered through `callback`. A statement with values and no
  * name goes as text and values: node-postgres copies a config object
  * property by property, a measurable part of a short query's CPU.
  */
-function send(client: PipelineClient, statement: PipelinedStatement, callback: Answer): void {
+export function send(client: PipelineClient, statement: PipelinedStatement, callback: Answer): void {
   try {
     if (statement.name === undefined) client.query(statement.text, statement.values, callback);
     else client.query(statement, callback);
@@ -86,19 +76,4 @@ function send(client: PipelineClient, statement: PipelinedStatement, callback: A
     // Thrown synchronously (e.g. a client already ended): answered like any failure, after this turn.
     process.nextTick(callback, error);
   }
-}
-
-/** With node-postgres before 8.23: one statement after another, each after the previous answer. */
-async function oneByOne(client: PipelineClient, statements: readonly PipelinedStatement[]): Promise<PipelinedResult[]> {
-  const results: PipelinedResult[] = [];
-  for (const statement of statements) {
-    results.push(
-      await new Promise<PipelinedResult>((resolve) =>
-        send(client, statement, (error, result) =>
-          resolve(error ? { ok: false, error } : { ok: true, rows: result!.rows, rowCount: result!.rowCount }),
-        ),
-      ),
-    );
-  }
-  return results;
 }

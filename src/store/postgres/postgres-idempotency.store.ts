@@ -1,25 +1,24 @@
 import type { EntityManager } from 'typeorm';
 import type { SourceDataSource } from '../connection.js';
-import {
-  IdempotencyStore,
-  type BeginResult,
-  type ClaimMode,
-  type ClaimRef,
-  type ClaimRequest,
-  type ClaimResult,
-  type PhaseState,
-  type StoredResponse,
-  type SweepOptions,
-  type SweepResult,
+import type {
+  ClaimRef,
+  ClaimRequest,
+  ClaimResult,
+  PhaseState,
+  StoredResponse,
+  SweepOptions,
+  SweepResult,
 } from '../../core/idempotency-store.js';
 import { quoteTableName } from '../identifiers.js';
 import { PartitionRetention, type PartitionStatus } from '../partitioned/partition-retention.js';
-import type { AttemptParts } from './attempt.js';
-import { ClaimAndBegin } from './claim-and-begin.js';
-import { ClaimRouting } from './claim-routing.js';
+import type { AttemptParts } from './attempt-parts.js';
+import { BeginningStore, ClaimAndBegin } from './claim-and-begin.js';
+import { AnsweredShareRouting } from './claim-routing-answered.js';
 import { SeparateClaim } from './separate-claim.js';
 import { answerOf, lendConnection, Pools } from './pools.js';
-import { claimResult, isFenceLost, KeyStatements, type ClaimRow } from './statements.js';
+import { claimResult } from './claim-statements.js';
+import type { ClaimRow } from './claim-row.js';
+import { isFenceLost, KeyStatements } from './statements.js';
 import { countExpiredKeys, sweepExpiredKeys, type SweptTable } from './sweep.js';
 import { isUnavailableError } from './unavailable.js';
 import { endLease, recordPhase, release, renewLease } from './key-upkeep.js';
@@ -57,7 +56,7 @@ export interface PostgresIdempotencyStoreOptions {
  * PgBouncer in transaction pooling (no named prepared statements unless asked
  * for, no session state). All time comparisons use the database clock.
  */
-export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
+export class PostgresIdempotencyStore extends BeginningStore {
   /** The key table, possibly schema-qualified, as given (unquoted). */
   readonly tableName: string;
   private readonly statements: KeyStatements;
@@ -65,7 +64,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   /** Retention by partitions, for the partitioned table; undefined for the plain one. */
   private readonly partitions?: PartitionRetention;
   private readonly attemptParts: AttemptParts;
-  private readonly claimAndBegin: ClaimAndBegin;
+  protected readonly claimAndBegin: ClaimAndBegin;
   private readonly sweptTable: SweptTable;
 
   constructor(dataSource: SourceDataSource, tableName: string, options: PostgresIdempotencyStoreOptions = {}) {
@@ -83,7 +82,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     this.attemptParts = {
       pools: this.pools,
       statements: this.statements,
-      routing: new ClaimRouting(dataSource, claimPool),
+      routing: new AnsweredShareRouting(dataSource, claimPool),
       keyLockHolders: new Set(),
       separateClaim: new SeparateClaim(this.statements),
     };
@@ -135,37 +134,6 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       // A failed claim's COMMIT answered ROLLBACK: the connection is idle again, unless it died.
       release(failure !== undefined && isUnavailableError(failure) ? failure : undefined);
     }
-  }
-
-  /**
-   * The claim and the BEGIN of the work's transaction in one round trip, on
-   * the connection the work then uses: one pipeline of parameterised
-   * statements (see `pipelined`), no value ever in a statement's text.
-   *
-   * - `separate`: `BEGIN ISOLATION LEVEL READ COMMITTED`, the claim, `COMMIT`,
-   *   `START TRANSACTION`. The claim commits on its own (another connection
-   *   sees it at once; a later ROLLBACK leaves it), durably: the work may use
-   *   its generation in calls to other systems before its own COMMIT, and a
-   *   retry after a crash of the database must find that same generation.
-   *   It runs at READ COMMITTED whatever the server's, the database's or the
-   *   role's default, so a concurrent claim's commit is read, never a
-   *   serialization failure. When the main pool has no connection free, the
-   *   claim goes to the claim pool instead, so that replays and 409s never
-   *   queue behind business transactions, and the BEGIN follows once a
-   *   connection is free (see claim-routing.ts).
-   * - `request-transaction`: `START TRANSACTION`, the claim, `SAVEPOINT`. The
-   *   savepoint lets a failure's response be stored under the key's lock, so a
-   *   duplicate waiting on it finds the stored answer. The transaction keeps
-   *   the app's isolation level; under a stricter one than READ COMMITTED a
-   *   claim whose snapshot predates the key's last commit fails with a
-   *   serialization failure, and the transaction starts again (the
-   *   partitioned table refuses the mode there).
-   *
-   * Behind PgBouncer in transaction pooling the pipeline ends inside an open
-   * transaction, so the server connection stays with this client.
-   */
-  override async begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs = 0): Promise<BeginResult<EntityManager>> {
-    return this.claimAndBegin.begin(request, mode, lockTimeoutMs);
   }
 
   override async renewLease(ref: ClaimRef, leaseMs: number): Promise<boolean> {

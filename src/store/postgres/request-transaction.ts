@@ -4,11 +4,15 @@ import type { SourceQueryRunner } from '../connection.js';
 import type { BeginResult, ClaimRequest } from '../../core/idempotency-store.js';
 import { IdempotencyConfigurationError } from '../../errors/configuration.error.js';
 import { messages } from '../../errors/messages.js';
-import { endAndRelease, MAY_HOLD_KEY, openAttempt, type AttemptParts } from './attempt.js';
+import { openAttempt } from './attempt.js';
+import type { AttemptParts } from './attempt-parts.js';
+import { endAndRelease, MAY_HOLD_KEY } from './end-and-release.js';
 import type { PipelinedResult, PipelinedStatement } from './pipelined.js';
 import { exchange } from './exchange.js';
 import type { PgClient } from './pools.js';
-import { claimResult, isFenceLost, SERIALIZATION_FAILURE, sqlState, WORK_SAVEPOINT, type ClaimRow } from './statements.js';
+import { claimResult } from './claim-statements.js';
+import type { ClaimRow } from './claim-row.js';
+import { isFenceLost, SERIALIZATION_FAILURE, sqlState, WORK_SAVEPOINT } from './statements.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
 import { isUnavailableError } from './unavailable.js';
 

@@ -4,15 +4,14 @@ import { READ_COMMITTED_NEEDED } from '../key-store.sql.js';
 import type { PipelinedResult } from './pipelined.js';
 import { exchange } from './exchange.js';
 import type { PgClient } from './pools.js';
-import { BEGIN_READ_COMMITTED, type ClaimRow, type KeyStatements } from './statements.js';
+import type { ClaimRow } from './claim-row.js';
+import { BEGIN_READ_COMMITTED, type KeyStatements } from './statements.js';
 
 /**
- * A claim committed on its own (claim mode `separate`), in one round trip. On one server's plain table the claim
- * is sent alone and commits as its own implicit transaction: two statements fewer than `BEGIN ISOLATION LEVEL READ
- * COMMITTED`, the claim and `COMMIT`, for the database and for the app, on every new key and every replay. Its
- * function writes only at READ COMMITTED (READ_COMMITTED_NEEDED in key-store.sql.ts): on a connection whose default
- * is REPEATABLE READ or SERIALIZABLE it answers without writing, and the claim is sent again inside that BEGIN and
- * COMMIT, as it then always is on this pool. The partitioned table and Citus always send it inside them.
+ * A claim committed on its own (claim mode `separate`), in one round trip: on one server's plain table sent alone,
+ * its own implicit transaction (two statements fewer than inside `BEGIN ISOLATION LEVEL READ COMMITTED` and
+ * `COMMIT`). Its function writes only at READ COMMITTED: answered READ_COMMITTED_NEEDED, it is sent again inside
+ * them, as it then always is on this pool. The partitioned table and Citus always send it inside them.
  */
 export class SeparateClaim {
   /** A connection of this pool refused the claim alone: its connections default to another isolation level. */

@@ -1,5 +1,6 @@
 import type { EntityManager } from 'typeorm';
-import { asWorkManager, type SourceDataSource } from '../connection.js';
+import type { SourceDataSource } from '../connection.js';
+import { asWorkManager } from '../work-manager.js';
 import { isUnavailableError } from './unavailable.js';
 
 /**

@@ -2,15 +2,9 @@ import type { SourceQueryRunner } from '../connection.js';
 import type { PgClient } from './pools.js';
 
 /**
- * Runs TypeORM's `runner.startTransaction()`, `commitTransaction()` or
- * `rollbackTransaction()` with its one statement (`START TRANSACTION`,
- * `COMMIT`, `ROLLBACK`) replaced by `send`, so the app's transaction
- * subscribers and TypeORM's own bookkeeping see the transaction as usual,
- * while the statement travels in one round trip with the module's (or, for a
- * transaction the server has already ended, not at all).
- *
- * @param send sends the statement, given as it should go (with the isolation
- *   level in it, for START TRANSACTION), on the runner's client
+ * Runs TypeORM's `startTransaction()`, `commitTransaction()` or `rollbackTransaction()` with its one statement
+ * replaced by `send` (given as it should go, isolation level included), so the app's subscribers and TypeORM's
+ * bookkeeping see the transaction as usual while the statement travels with the module's (or not at all).
  */
 export async function withTransactionStatementReplaced(
   runner: SourceQueryRunner,

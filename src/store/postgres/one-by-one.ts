@@ -1,0 +1,16 @@
+import { send, type PipelineClient, type PipelinedResult, type PipelinedStatement } from './pipelined.js';
+
+/** With node-postgres before 8.23: one statement after another, each after the previous answer. */
+export async function oneByOne(client: PipelineClient, statements: readonly PipelinedStatement[]): Promise<PipelinedResult[]> {
+  const results: PipelinedResult[] = [];
+  for (const statement of statements) {
+    results.push(
+      await new Promise<PipelinedResult>((resolve) =>
+        send(client, statement, (error, result) =>
+          resolve(error ? { ok: false, error } : { ok: true, rows: result!.rows, rowCount: result!.rowCount }),
+        ),
+      ),
+    );
+  }
+  return results;
+}
