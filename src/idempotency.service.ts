@@ -2,7 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 import type { ClaimMode, FailureDecision, WorkScope } from './core/idempotency-engine.js';
 import type { Phases } from './core/phases.js';
-import { fingerprintValue } from './core/fingerprint.js';
+import { fingerprintValue } from './core/fingerprint-value.js';
 import { tenantOrKeyError } from './core/tenant-or-key-error.js';
 import { IDEMPOTENCY_OPTIONS } from './idempotency.constants.js';
 import { type FailurePolicy, type ResolvedIdempotencyOptions, type Duration } from './idempotency.options.js';

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, beforeEach, expect, it } from '@jest/globals';
 import type pg from 'pg';
-import { fingerprintValue } from '../src/core/fingerprint.js';
+import { fingerprintValue } from '../src/core/fingerprint-value.js';
 import { createEffectLedgerStatements } from '../src/ledger/effect-ledger.sql.js';
 import { describeWithBroker, RabbitQueue, waitFor } from './support/brokers.js';
 import { startConsumer, type ConsumerApp, type TestMessage } from './support/consumer-app.js';

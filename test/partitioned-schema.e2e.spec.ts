@@ -12,7 +12,7 @@ import {
   runMigrationsWithLock,
   type IdempotencyModuleOptions,
 } from '../src/index.js';
-import { fingerprintValue } from '../src/core/fingerprint.js';
+import { fingerprintValue } from '../src/core/fingerprint-value.js';
 import { keyStoreStatements } from '../src/store/key-store.sql.js';
 import { KEY_FUNCTIONS_VERSION } from '../src/store/key-function-parts.sql.js';
 import { keyUpkeepStatements } from '../src/store/key-upkeep.sql.js';

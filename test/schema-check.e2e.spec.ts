@@ -3,7 +3,7 @@ import { Module, type INestApplicationContext } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule, type TypeOrmModuleOptions } from '@nestjs/typeorm';
 import { DataSource, type DataSourceOptions, type MigrationInterface, type QueryRunner } from 'typeorm';
-import { fingerprintValue } from '../src/core/fingerprint.js';
+import { fingerprintValue } from '../src/core/fingerprint-value.js';
 import {
   CreateIdempotencyKeys1764460800000,
   IdempotencyConfigurationError,

@@ -3,13 +3,9 @@ import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
 import fc from 'fast-check';
 import { UnrepresentableInputError } from './errors.js';
-import {
-  canonicalJson,
-  fingerprintRequest,
-  fingerprintValue,
-  MAX_FINGERPRINT_DEPTH,
-  type FingerprintInput,
-} from './fingerprint.js';
+import type { FingerprintInput } from './fingerprint-input.js';
+import { fingerprintValue } from './fingerprint-value.js';
+import { canonicalJson, fingerprintRequest, MAX_FINGERPRINT_DEPTH } from './fingerprint.js';
 
 const request = (overrides: Partial<FingerprintInput> = {}): FingerprintInput => ({
   method: 'POST',

@@ -3,20 +3,9 @@ import { NONE_BY_HAND } from './canonical-json-rules.js';
 import { prepare } from './canonical-json-walk.js';
 import { hashInPieces, textInPieces } from './canonical-json-writers.js';
 import { UnrepresentableInputError } from './errors.js';
+import type { FingerprintInput } from './fingerprint-input.js';
 
 export { MAX_FINGERPRINT_DEPTH } from './canonical-json-rules.js';
-
-/**
- * What identifies "the same request" for one key. `route` is the route that matched (its pattern, or a stand-in
- * name), never the target as the client spelled it; `body` is what the platform parsed: JSON, or raw bytes/text.
- */
-export interface FingerprintInput {
-  method: string;
-  route: string;
-  params: Record<string, unknown>;
-  query: unknown;
-  body: unknown;
-}
 
 /**
  * SHA-256 (hex) over the RFC 8785 canonical form of method, route, parameters, query and body, so JSON that differs
@@ -36,14 +25,8 @@ export function fingerprintRequest(input: FingerprintInput): string {
   return hash.digest('hex');
 }
 
-/** SHA-256 (hex) of the canonical JSON of any value: the fingerprint of non-HTTP work. */
-export function fingerprintValue(value: unknown): string {
-  const hash = createHash('sha256');
-  updateWithBody(hash, value);
-  return hash.digest('hex');
-}
-
-function updateWithBody(hash: Hash, body: unknown): void {
+/** Adds `body` to `hash`: tagged by kind, JSON as its canonical text. */
+export function updateWithBody(hash: Hash, body: unknown): void {
   if (body === undefined || body === null) {
     hash.update('empty');
   } else if (Buffer.isBuffer(body) || body instanceof Uint8Array) {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { IdempotencyInputError } from './errors.js';
-import { parseIdempotencyKey, redactKey, unusableIdentifier } from './key.js';
+import { parseIdempotencyKey, unusableIdentifier } from './key.js';
+import { redactKey } from './redact-key.js';
 import { tenantOrKeyError } from './tenant-or-key-error.js';
 
 describe('parseIdempotencyKey', () => {

@@ -1,9 +1,6 @@
+import type { KeyParseResult } from './key-rejection.js';
 import { unquotedKey } from './malformed-key.js';
-
-/** Why a key header was refused; each maps to one problem type. */
-export type KeyRejection = 'missing' | 'empty' | 'repeated' | 'malformed' | 'too-long' | 'invalid-characters';
-
-export type KeyParseResult = { ok: true; key: string } | { ok: false; reason: KeyRejection; detail: string };
+import { typeName } from './type-name.js';
 
 const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
 
@@ -59,15 +56,4 @@ export function unusableIdentifier(value: unknown): string | undefined {
   if (value.includes('\0')) return 'contains a NUL character (U+0000), which PostgreSQL text cannot hold';
   if (LONE_SURROGATE.test(value)) return 'contains a lone UTF-16 surrogate, which UTF-8 cannot encode';
   return undefined;
-}
-
-function typeName(value: unknown): string {
-  if (value === null || value === undefined) return String(value);
-  if (typeof value !== 'object') return `a ${typeof value}`;
-  return `an object (${(value as object).constructor?.name ?? 'without a prototype'})`;
-}
-
-/** A key as it may appear in a log line: enough to correlate, not enough to replay someone else's request. */
-export function redactKey(key: string): string {
-  return key.length <= 4 ? '****' : `${key.slice(0, 4)}…(${key.length})`;
 }

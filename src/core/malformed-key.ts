@@ -1,5 +1,5 @@
 import { parseItem } from 'structured-headers';
-import type { KeyParseResult } from './key.js';
+import type { KeyParseResult } from './key-rejection.js';
 
 /** A key header value that is quoted, or holds a comma: the key an RFC 8941 sf-string holds, or why it is malformed. */
 export function unquotedKey(raw: string): string | KeyParseResult {

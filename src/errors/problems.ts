@@ -1,5 +1,5 @@
 import { HttpException, HttpStatus } from '@nestjs/common';
-import type { KeyRejection } from '../core/key.js';
+import type { KeyRejection } from '../core/key-rejection.js';
 import type { StoredResponse } from '../core/idempotency-store.js';
 import { messages } from './messages.js';
 import { ProblemType } from '../core/protocol.js';

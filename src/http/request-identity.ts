@@ -1,5 +1,5 @@
 import type { ServerResponse } from 'node:http';
-import type { FingerprintInput } from '../core/fingerprint.js';
+import type { FingerprintInput } from '../core/fingerprint-input.js';
 import type { FastifyReplyLike, HttpRequest } from './platform-types.js';
 
 /** Every occurrence of the header, so a header sent twice is not silently joined into one value. */

@@ -1,5 +1,5 @@
 import { HttpException } from '@nestjs/common';
-import { fingerprintValue } from '../core/fingerprint.js';
+import { fingerprintValue } from '../core/fingerprint-value.js';
 import { checkKey, parseIdempotencyKey } from '../core/key.js';
 import type { FailureReading } from '../core/outcomes.js';
 import type { EngineOutcome } from '../core/work.js';

@@ -1,5 +1,5 @@
 import { HttpException } from '@nestjs/common';
-import { fingerprintValue } from '../core/fingerprint.js';
+import { fingerprintValue } from '../core/fingerprint-value.js';
 import type { ClaimInfo } from '../core/work.js';
 import { checkKey } from '../core/key.js';
 import type { FailurePolicy, FailureReading } from '../core/outcomes.js';

@@ -7,7 +7,7 @@ import {
   StoreUnavailableError,
   UnrepresentableInputError,
 } from '../core/errors.js';
-import { redactKey } from '../core/key.js';
+import { redactKey } from '../core/redact-key.js';
 import { messages } from '../errors/messages.js';
 import { IdempotencyProblemException, ProblemType, problems } from '../errors/problems.js';
 

@@ -5,7 +5,7 @@ import { asWorkManager } from '../store/work-manager.js';
 import { CompletedAnswers } from '../core/completed-answers.js';
 import { IdempotencyEngine } from '../core/idempotency-engine.js';
 import { IdempotencyStore } from '../core/idempotency-store.js';
-import { fingerprintValue } from '../core/fingerprint.js';
+import { fingerprintValue } from '../core/fingerprint-value.js';
 import { unusableIdentifier } from '../core/key.js';
 import type { EngineObserver } from '../core/observer.js';
 import { decideFailure } from '../core/outcomes.js';
