@@ -14,6 +14,7 @@ import { problemForOutcome } from './outcome-answers.js';
 import { NestTransport } from './nest-transport.js';
 import type { Done } from './transport.js';
 import { jsonResponse, readJson, type StoredOutcome } from './stored-outcome.js';
+import { withoutIdempotency } from './without-idempotency.js';
 
 /** The argument read for the key when the request has no key header. */
 const DEFAULT_KEY_ARGUMENT = 'idempotencyKey';
@@ -83,7 +84,7 @@ export class GraphQLTransport extends NestTransport {
   }
 
   runWithoutKey(): void {
-    this.runtime.withoutIdempotency(() => this.next.handle()).subscribe(this.subscriber);
+    withoutIdempotency(this.runtime, () => this.next.handle()).subscribe(this.subscriber);
   }
 
   answer(outcome: EngineOutcome<unknown>): void {

@@ -18,6 +18,7 @@ import { answerStored } from './http-stored-answer.js';
 import { OnceSubscriber } from './once-subscriber.js';
 import type { IdempotencyRuntime } from './run-idempotent.js';
 import type { Done, Transport } from './transport.js';
+import { withoutIdempotency } from './without-idempotency.js';
 
 /**
  * An HTTP route: the key from its header; the response held where the platform
@@ -77,7 +78,7 @@ export class HttpTransport implements Transport {
 
   runWithoutKey(): void {
     this.wire.release();
-    this.runtime.withoutIdempotency(() => this.next.handle()).subscribe(this.subscriber);
+    withoutIdempotency(this.runtime, () => this.next.handle()).subscribe(this.subscriber);
   }
 
   answer(outcome: EngineOutcome<unknown>): void {

@@ -13,6 +13,7 @@ import { messageAnswerFor, messageRefusal } from './outcome-answers.js';
 import { NestTransport } from './nest-transport.js';
 import type { Done } from './transport.js';
 import { jsonResponse, readJson, type StoredOutcome } from './stored-outcome.js';
+import { withoutIdempotency } from './without-idempotency.js';
 
 /** Set by `@EventPattern` (2) and `@MessagePattern` (1) on the handler (@nestjs/microservices' PatternHandler). */
 const HANDLER_TYPE_METADATA = 'microservices:handler_type';
@@ -114,7 +115,7 @@ export class MessageTransport extends NestTransport {
 
   runWithoutKey(): void {
     const { delivery, reply } = this;
-    this.runtime.withoutIdempotency(() =>
+    withoutIdempotency(this.runtime, () =>
       this.next.handle().subscribe({
         next: (value) => reply.pass(value),
         error: (error: unknown) => {

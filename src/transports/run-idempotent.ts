@@ -19,13 +19,12 @@ import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { IDEMPOTENCY_TRANSACTION_MANAGER, type AppTransactionManager } from '../transaction/app-transaction-manager.js';
 import { idempotencyContext, type IdempotencyExecutionContext } from '../transaction/idempotency-context.js';
 import { executePhased } from './phased-execution.js';
-import { tenantFailed } from './tenant-failed.js';
+import { tenantFailed, tenantLater } from './tenant-failed.js';
 import type { Done, Transport } from './transport.js';
 
 /**
- * The one request path of every transport, top to bottom: the key, the
- * tenant, the fingerprint, the engine (with the request context the handler
- * sees through `TransactionHost`), and the answer.
+ * The one request path of every transport: the key, the tenant, the fingerprint, the engine (with the request
+ * context the handler sees through `TransactionHost`), and the answer.
  */
 export async function runIdempotent<R>(
   runtime: IdempotencyRuntime,
@@ -84,9 +83,8 @@ export async function runIdempotent<R>(
 }
 
 /**
- * What every idempotent execution shares: the options, the engine, and the
- * request context the work runs in (the transaction `TransactionHost` gives,
- * joined to the app's own transaction manager when there is one).
+ * What every idempotent execution shares: the options, the engine, and the request context the work runs in (the
+ * transaction `TransactionHost` gives, joined to the app's own transaction manager when there is one).
  */
 @Injectable()
 export class IdempotencyRuntime {
@@ -106,11 +104,6 @@ export class IdempotencyRuntime {
   /** A fresh execution context: the plain manager until a transaction opens, the handler not started. */
   newContext(): IdempotencyExecutionContext {
     return { manager: asWorkManager(this.dataSource.manager), transactional: false, handlerStarted: false };
-  }
-
-  /** Runs `fn` with the data source's plain manager as the request context (a route without a key). */
-  withoutIdempotency<T>(fn: () => T): T {
-    return idempotencyContext.run(this.newContext(), fn);
   }
 
   /** Runs `body` as the work of `work` in its transaction: visible through `TransactionHost` and the app's manager. */
@@ -140,10 +133,8 @@ export class IdempotencyRuntime {
   }
 
   /**
-   * The tenant of a request, or a problem 500 that fails it closed (logged):
-   * there is no shared scope to fall back on, and a tenant the store could not
-   * hold as it is (empty, a Buffer, a lone surrogate, a NUL) is no tenant
-   * either. A resolver that answers at once is answered at once (no promise).
+   * The request's tenant, or a logged problem 500 that fails it closed: no shared scope to fall back on. A tenant
+   * the store cannot hold as it is (empty, a Buffer, a lone surrogate, a NUL) is none. A sync resolver gets no promise.
    */
   tenantOf(context: ExecutionContext, routeName: string): string | Promise<string> {
     let tenant: unknown;
@@ -153,12 +144,7 @@ export class IdempotencyRuntime {
       throw tenantFailed(this.logger, error, routeName);
     }
     if (isThenable(tenant))
-      return Promise.resolve(tenant).then(
-        (resolved: unknown) => this.checkedTenant(resolved, routeName),
-        (error: unknown) => {
-          throw tenantFailed(this.logger, error, routeName);
-        },
-      );
+      return tenantLater(tenant, this.logger, routeName, (resolved) => this.checkedTenant(resolved, routeName));
     return this.checkedTenant(tenant, routeName);
   }
 

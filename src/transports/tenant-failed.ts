@@ -8,3 +8,15 @@ export function tenantFailed(logger: Logger, error: unknown, routeName: string):
   logger.error(messages.log.tenantFailed(routeName), error instanceof Error ? error.stack : String(error));
   return problems.tenantUnresolved();
 }
+
+/** A resolver's promised tenant, checked by `check`; a rejection fails as `tenantFailed` says. */
+export function tenantLater(
+  tenant: PromiseLike<unknown>,
+  logger: Logger,
+  routeName: string,
+  check: (tenant: unknown) => string,
+): Promise<string> {
+  return Promise.resolve(tenant).then(check, (error: unknown) => {
+    throw tenantFailed(logger, error, routeName);
+  });
+}
