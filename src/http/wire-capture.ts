@@ -10,10 +10,8 @@ type WireMethods = Pick<ServerResponse, 'writeHead' | 'write' | 'end'>;
 const WIRE_METHODS = ['writeHead', 'write', 'end'] as const;
 
 /**
- * Holds a response by wrapping `writeHead`, `write` and `end` on Node's
- * `ServerResponse`: after the app's interceptors and filters, before the
- * middleware that wrapped them earlier (`compression`, the session's cookie),
- * which the bytes then go through as any answer's do. Fastify: see `FastifyReplyCapture`.
+ * Holds a response by wrapping `writeHead`, `write` and `end` on Node's `ServerResponse`: after the app's filters,
+ * before the middleware that wrapped them earlier (`compression`, the session's cookie). Fastify: `FastifyReplyCapture`.
  */
 export class WireCapture implements ResponseCapture {
   private readonly original: Partial<Record<keyof WireMethods, unknown>> = {};
@@ -156,9 +154,8 @@ export class WireCapture implements ResponseCapture {
 }
 
 /**
- * The body's own headers: always stored, and removed from the answer a
- * replacement goes out in. `Content-Encoding` too: the capture sits before
- * compression, so one set by then is on bytes the app encoded itself.
+ * The body's own headers: always stored, and removed from the answer a replacement goes out in. `Content-Encoding`
+ * too: the capture sits before compression, so one set by then is on bytes the app encoded itself.
  */
 const BODY_HEADERS = ['content-type', 'content-encoding', 'etag', 'location', 'content-location'] as const;
 const storedNamesOf = new WeakMap<ReadonlySet<string>, ReadonlySet<string>>();
@@ -173,11 +170,7 @@ export function storedHeaderNames(replayHeaders: ReadonlySet<string>): ReadonlyS
   return names;
 }
 
-/**
- * The stored headers of a response as name/value pairs, one pair per value
- * (a header sent several times is not joined), in the case and order sent (a
- * replay must not differ even there); which are stored ignores case.
- */
+/** The stored headers as name/value pairs, one per value (never joined), in the case and order sent; names in any case. */
 export function storedPairs(headers: Iterable<[string, unknown]>, stored: ReadonlySet<string>): Array<[string, string]> {
   const pairs: Array<[string, string]> = [];
   for (const [name, value] of headers) {
