@@ -21,12 +21,9 @@ export function hasCaptureHook(reply: FastifyReplyLike): boolean {
 }
 
 /**
- * The module's `onSend` hook, where a held reply waits for its key's outcome.
- * Fastify runs `onSend` hooks in the order added, and `@fastify/compress`
- * adds its own per route, after all of them: this hook sees the body before
- * any content encoding, and what it lets through (the app's payload or a
- * stored one) goes through the later hooks (compression, a digest, cookies)
- * like any other answer.
+ * The module's `onSend` hook, where a held reply waits for its key's outcome. `@fastify/compress` adds its own per
+ * route, after all of them: this one sees the body before any encoding, and what it lets through (the app's payload
+ * or a stored one) goes through the later hooks (compression, a digest, cookies) like any other answer.
  */
 export function captureOnSend(_request: unknown, reply: object, payload: unknown, done: OnSendDone): void {
   const capture = captures.get(reply);
@@ -35,12 +32,9 @@ export function captureOnSend(_request: unknown, reply: object, payload: unknown
 }
 
 /**
- * Holds a Fastify reply at `onSend`, where the payload is serialized but not
- * encoded and headers are still Fastify's (a `Set-Cookie` array stays one
- * header per cookie). A replacement (a replay, the module's problem) goes in
- * at `reply.send` when Nest sends, so every `onSend` hook of the app sees the
- * bytes actually sent; one that comes after the app has sent is put in by the
- * hook. What the app writes to `reply.raw` itself is held by a `WireCapture`.
+ * Holds a Fastify reply at `onSend`: the payload serialized, not encoded; a `Set-Cookie` array still one header per
+ * cookie. A replacement (a replay, a problem) goes in at `reply.send`, so every `onSend` hook of the app sees the
+ * bytes sent; one after the app has sent, by the hook. What the app writes to `reply.raw` a `WireCapture` holds.
  */
 export class FastifyReplyCapture implements ResponseCapture {
   private readonly stored: ReadonlySet<string>;
