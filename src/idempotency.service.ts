@@ -1,6 +1,8 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
-import type { ClaimMode, FailureDecision, WorkScope } from './core/idempotency-engine.js';
+import type { ClaimMode } from './core/idempotency-engine.js';
+import type { FailureDecision } from './core/outcomes.js';
+import type { WorkScope } from './core/work.js';
 import type { Phases } from './core/phases.js';
 import { fingerprintValue } from './core/fingerprint-value.js';
 import { tenantOrKeyError } from './core/tenant-or-key-error.js';

@@ -1,14 +1,9 @@
 import { performance } from 'node:perf_hooks';
 import type { ClaimResult } from './idempotency-store.js';
 import type { EngineObserver, IdempotencyOutcome } from './observer.js';
+import type { Trace } from './trace.js';
 import { outcomeOfError, storeFailure } from './outcomes.js';
 import type { EngineOutcome, WorkScope } from './work.js';
-
-/** What an execution learnt on its way, for its outcome event. */
-export interface Trace {
-  attempt?: number;
-  failure?: 'released' | 'kept';
-}
 
 /** One span around the execution, and one outcome event when it ends: the route and attempt, never key, tenant or body. */
 export function observeExecution<R>(

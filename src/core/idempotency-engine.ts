@@ -8,14 +8,13 @@ import { LeaseLostError, StoreUnavailableError } from './errors.js';
 import { FailureHandling } from './failure-handling.js';
 import type { Claimed } from './held.js';
 import { claimRequest, heldBy, HeldKeys } from './held-keys.js';
-import { observedClaim, observedComplete, observeExecution, type Trace } from './engine-observation.js';
+import { observedClaim, observedComplete, observeExecution } from './engine-observation.js';
+import type { Trace } from './trace.js';
 import { SILENT_OBSERVER, type EngineObserver } from './observer.js';
 import { Phases, type TransactionOutcome } from './phases.js';
 import type { EngineOutcome, IdempotentWork, PhasedWork, WorkScope } from './work.js';
 
 export type { ClaimMode } from './idempotency-store.js';
-export type { FailureDecision } from './outcomes.js';
-export type { ClaimInfo, EngineOutcome, IdempotentWork, PhasedWork, WorkScope } from './work.js';
 
 /** Longest pause between two looks at a key in flight elsewhere, while a duplicate waits for it. */
 const MAX_WAIT_PAUSE_MS = 250;
