@@ -14,11 +14,9 @@ export function headerValues(request: HttpRequest, header: string): string[] {
 }
 
 /**
- * What identifies the request for its fingerprint: the route that matched
- * (its pattern, not the target as the client spelled it, so an absolute-form
- * target, a trailing `?`, or a trailing slash or letter case the router
- * ignores change nothing), its parameters, the parsed query and body.
- * `routeName` stands in for the pattern where the platform exposes none.
+ * What identifies the request for its fingerprint: the route's pattern (not the target as spelled, so an
+ * absolute-form target, a trailing `?`, or a slash or letter case the router ignores change nothing), its
+ * parameters, the parsed query and body. `routeName` stands in where the platform exposes no pattern.
  */
 export function fingerprintInput(request: HttpRequest, routeName: string): FingerprintInput {
   const pattern = request.routeOptions?.url ?? request.route?.path;

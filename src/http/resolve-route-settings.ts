@@ -13,7 +13,7 @@ import { messages } from '../errors/messages.js';
 import { IDEMPOTENT_METADATA, SKIP_IDEMPOTENCY_METADATA } from '../idempotency.constants.js';
 import type { IdempotencyRouteOptions, ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { resolveRouteOptions } from '../resolve-options.js';
-import type { RouteSettings } from './route-settings.js';
+import type { RouteSettings } from './route-settings-type.js';
 
 /*
  * A route's settings worked out from its metadata, and the start-up pass

@@ -1,20 +1,14 @@
 import { Inject, Injectable, type OnModuleInit, type Type } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
-import type { ResolvedIdempotencyOptions, ResolvedRouteOptions } from '../idempotency.options.js';
+import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { checkEveryRoute, resolveRouteSettings } from './resolve-route-settings.js';
-
-/** An idempotent route: its name for messages, and its options filled from the module's. */
-export interface RouteSettings {
-  name: string;
-  options: ResolvedRouteOptions;
-}
+import type { RouteSettings } from './route-settings-type.js';
 
 type Handler = (...args: unknown[]) => unknown;
 
 /**
- * The settings of every idempotent route, worked out at start-up (see
- * `resolve-route-settings.ts`) so a bad `@Idempotent({...})` stops the app,
+ * The settings of every idempotent route, worked out at start-up so a bad `@Idempotent({...})` stops the app,
  * keyed by controller and handler: an inherited handler is a route per class.
  */
 @Injectable()

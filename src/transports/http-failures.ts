@@ -6,7 +6,7 @@ import { messages } from '../errors/messages.js';
 import { IdempotencyProblemException, problemResponse, problems } from '../errors/problems.js';
 import { ResponseNotSentError, ResponseTooLargeError, UnreplayableResponseError } from '../http/capture-errors.js';
 import type { ResponseCapture } from '../http/response-capture.js';
-import type { RouteSettings } from '../http/route-settings.js';
+import type { RouteSettings } from '../http/route-settings-type.js';
 import type { OnceSubscriber } from './once-subscriber.js';
 import { problemForOutcome } from './outcome-answers.js';
 import type { IdempotencyRuntime } from './run-idempotent.js';

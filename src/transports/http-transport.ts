@@ -11,7 +11,7 @@ import { FastifyReplyCapture, hasCaptureHook } from '../http/fastify-capture.js'
 import type { HttpRequest } from '../http/platform-types.js';
 import { fingerprintInput, headerValues, isFastifyReply, serverResponse } from '../http/request-identity.js';
 import type { ResponseCapture } from '../http/response-capture.js';
-import type { RouteSettings } from '../http/route-settings.js';
+import type { RouteSettings } from '../http/route-settings-type.js';
 import { WireCapture } from '../http/wire-capture.js';
 import { FailedAfterHandlerError, failHttp, readHttpFailure } from './http-failures.js';
 import { answerStored } from './http-stored-answer.js';

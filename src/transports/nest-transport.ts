@@ -2,7 +2,7 @@ import type { CallHandler, ExecutionContext } from '@nestjs/common';
 import type { Subscriber } from 'rxjs';
 import type { FailureReading } from '../core/outcomes.js';
 import type { ClaimInfo, EngineOutcome } from '../core/work.js';
-import type { RouteSettings } from '../http/route-settings.js';
+import type { RouteSettings } from '../http/route-settings-type.js';
 import type { IdempotencyRuntime } from './run-idempotent.js';
 import type { Done, Transport } from './transport.js';
 

@@ -13,7 +13,7 @@ import type { Phases, TransactionOutcome } from '../core/phases.js';
 import type { ClaimInfo, EngineOutcome, IdempotentWork, WorkScope } from '../core/work.js';
 import { messages } from '../errors/messages.js';
 import { problems } from '../errors/problems.js';
-import type { RouteSettings } from '../http/route-settings.js';
+import type { RouteSettings } from '../http/route-settings-type.js';
 import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_OBSERVER, IDEMPOTENCY_OPTIONS } from '../idempotency.constants.js';
 import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { IDEMPOTENCY_TRANSACTION_MANAGER, type AppTransactionManager } from '../transaction/app-transaction-manager.js';
