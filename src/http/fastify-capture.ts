@@ -75,7 +75,7 @@ export class FastifyReplyCapture implements ResponseCapture {
     return new Promise((resolve, reject) => {
       const settle = () => {
         if (this.refusal) reject(this.refusal);
-        else resolve(this.viaRaw ? this.guard.heldResponse()! : this.held!.response!);
+        else resolve(this.viaRaw ? this.guard.snapshot() : this.held!.response!);
       };
       if (this.held || this.viaRaw) return settle();
       const timer = setTimeout(() => {

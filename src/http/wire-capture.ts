@@ -72,11 +72,6 @@ export class WireCapture implements ResponseCapture {
     else this.listeners.push(listener);
   }
 
-  /** The held response as the application sent it, once it has; undefined before, or when it was refused. */
-  heldResponse(): StoredResponse | undefined {
-    return this.endCall && !this.refusal ? this.snapshot() : undefined;
-  }
-
   release(): void {
     if (this.settled) return;
     this.settled = true;
@@ -123,8 +118,8 @@ export class WireCapture implements ResponseCapture {
     sendOnResponse(this.res, this.writeHeadCall, this.stored, replacement);
   }
 
-  /** The held response: status, the stored headers as they stand, and the body bytes. */
-  private snapshot(): StoredResponse {
+  /** The held response: status, the stored headers as they stand, and the body bytes (once sent, not refused). */
+  snapshot(): StoredResponse {
     const status = typeof this.writeHeadCall?.[0] === 'number' ? this.writeHeadCall[0] : this.res.statusCode;
     // Names as the app spelled them, in the order it set them; those given to writeHead win, in place, as Node merges.
     const values = this.res.getHeaders();
