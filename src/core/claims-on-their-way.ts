@@ -2,11 +2,9 @@ import { localId } from './held-keys.js';
 import type { WorkScope } from './work.js';
 
 /**
- * The claims this process has sent and not yet had answered, by key. A duplicate of one (same tenant, key and
- * request) waits for its answer instead of sending its own: in a retry storm, a thousand duplicates cost the
- * store one claim. Only answers that stay true are shared (see `answeredByClaim`): a completed key's response,
- * and a claim this process won, whose execution is then found running here. A key held elsewhere may have been
- * completed since, so its duplicates ask the store themselves.
+ * The claims this process has sent and not yet had answered, by key: a duplicate of one (same tenant, key and
+ * request) waits for its answer instead of sending its own. Only answers that stay true are shared (see
+ * `answeredByClaim`); a key held elsewhere may have been completed since, so its duplicates ask the store.
  */
 export class ClaimsOnTheirWay<Answer> {
   private readonly pending = new Map<string, { fingerprint: string; answer: Promise<Answer> }>();

@@ -42,9 +42,8 @@ export class HeldKeys<Tx> {
   }
 
   /**
-   * Starts holding `claimed` while its work runs: visible here, with the heartbeat (separate claims) or the
-   * hold limit (see hold-limit.ts). Returns the settle function: a duplicate waiting here learns the outcome
-   * only through it, after the commit.
+   * Holds `claimed` while its work runs: visible here, with the heartbeat (separate claims) or the hold limit.
+   * Returns the settle function: a duplicate waiting here learns the outcome only through it, after the commit.
    */
   hold(work: WorkScope, claimed: Claimed<Tx>): (response: StoredResponse | undefined) => void {
     const id = localId(work);

@@ -20,9 +20,8 @@ export type { ClaimMode } from './idempotency-store.js';
 const MAX_WAIT_PAUSE_MS = 250;
 
 /**
- * The state table (see the README), with no knowledge of HTTP or Nest: every execution follows `lifecycle`.
- * The claim mode says only where the claim goes (committed alone, or the transaction's first statement), and
- * phased work only that each phase commits on its own. Failures are classified once: see failure-handling.ts.
+ * The state table (see the README), with no knowledge of HTTP or Nest: every execution follows `lifecycle`; the claim
+ * mode says only where the claim goes, phased work that each phase commits alone. Failures: see failure-handling.ts.
  */
 export class IdempotencyEngine<Tx> {
   private readonly held: HeldKeys<Tx>;
