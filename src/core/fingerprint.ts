@@ -9,9 +9,7 @@ export { MAX_FINGERPRINT_DEPTH } from './canonical-json-rules.js';
 
 /**
  * SHA-256 (hex) over the RFC 8785 canonical form of method, route, parameters, query and body, so JSON that differs
- * only in key order or whitespace fingerprints the same. Raw bodies are hashed as bytes, tagged so that a string
- * body never collides with a JSON body of the same text.
- *
+ * only in key order or whitespace fingerprints the same. Raw bodies are hashed as bytes, tagged apart from JSON text.
  * @throws UnrepresentableInputError the body (or query) has no canonical form (see `canonicalJson`).
  */
 export function fingerprintRequest(input: FingerprintInput): string {
@@ -45,10 +43,8 @@ export function updateWithBody(hash: Hash, body: unknown): void {
 }
 
 /**
- * The RFC 8785 (JCS) canonical JSON of `value`: object keys sorted by UTF-16 code units at every depth, no
- * whitespace, numbers and strings as JSON.stringify writes them. Matches the `canonicalize` package (a property
- * test checks it) at a fraction of its CPU on large bodies: see `writeCanonical` (canonical-json-writers.ts).
- *
+ * The RFC 8785 (JCS) canonical JSON of `value`: keys sorted by UTF-16 code units, no whitespace, numbers and strings
+ * as JSON.stringify writes them; the `canonicalize` package's output (a property test checks it), far cheaper.
  * @throws UnrepresentableInputError a lone surrogate, a non-finite number, a value with no JSON form (a BigInt,
  *   a function at the top), or nesting deeper than `MAX_FINGERPRINT_DEPTH`
  */

@@ -6,10 +6,8 @@ export type { IdempotencyEvent, IdempotencyOutcome } from '../core/observer.js';
 export type { IdempotencyEventListener, TenantedEventListener } from './event-listeners.js';
 
 /**
- * The typed event hook, for apps that watch the module without
- * OpenTelemetry (or besides it): `events.subscribe((e) => ...)`. Listeners
- * run synchronously where the event happens; one that throws is logged and
- * never disturbs a request.
+ * The typed event hook, with or without OpenTelemetry: `events.subscribe((e) => ...)`. Listeners run synchronously
+ * where the event happens; one that throws is logged and never disturbs a request.
  */
 @Injectable()
 export class IdempotencyEvents extends EventListeners {
