@@ -1,19 +1,11 @@
-import { idempotencyContext } from './idempotency-context.js';
+import { recordingStart } from './handler-started.js';
 
 const MARKED = Symbol('nest-idempotency:marked-handler');
 
-/**
- * Wraps a route handler so the request context records when its body starts
- * (an error before that, in a pipe, releases the key). Nest's route metadata
- * is on the function, so it is copied.
- */
+/** Wraps a route handler once in `recordingStart`, at start-up. Nest's route metadata is on the function, so it is copied. */
 export function markHandlerStart(handler: (...args: unknown[]) => unknown): (...args: unknown[]) => unknown {
   if ((handler as { [MARKED]?: boolean })[MARKED]) return handler;
-  const marked = function (this: unknown, ...args: unknown[]): unknown {
-    const context = idempotencyContext.getStore();
-    if (context) context.handlerStarted = true;
-    return handler.apply(this, args);
-  };
+  const marked = recordingStart(handler);
   Object.defineProperty(marked, 'name', { value: handler.name });
   for (const key of Reflect.getOwnMetadataKeys(handler)) {
     Reflect.defineMetadata(key, Reflect.getOwnMetadata(key, handler), marked);
