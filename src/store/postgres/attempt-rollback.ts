@@ -1,6 +1,28 @@
 import { endAndRelease, endLease, MAY_HOLD_KEY } from './end-and-release.js';
 import type { AttemptLife } from './attempt-parts.js';
+import type { PipelinedResult } from './pipelined.js';
+import { isFenceLost } from './statements.js';
+import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
 import { ADMIN_SHUTDOWN, isUnavailableError } from './unavailable.js';
+
+/** An open attempt's completion or COMMIT failed (see `openAttempt`): false when the key was no longer its. */
+export async function commitFailed(
+  life: AttemptLife,
+  error: unknown,
+  rolledBack: boolean,
+  answers: PipelinedResult[] | undefined,
+): Promise<boolean> {
+  const { runner, how } = life;
+  const { keeper } = how;
+  // TypeORM's commitTransaction threw, so its subscribers were told of no commit, and the rollback below tells
+  // them of the rollback: sent only when the server still has the transaction (another ROLLBACK would be a
+  // round trip and a warning in the server's log).
+  if (rolledBack) await withTransactionStatementReplaced(runner, 'ROLLBACK', async () => undefined).catch(() => undefined);
+  const letGo = !keeper || isUnavailableError(error) || (await keeper.afterFailedCompletion(runner, answers));
+  await life.end(letGo ? error : MAY_HOLD_KEY);
+  if (isFenceLost(error)) return false;
+  throw error;
+}
 
 /** An open attempt's rollback (see `openAttempt`): a request-transaction attempt may keep its claim. */
 export async function rollbackAttempt(life: AttemptLife, keepClaim: boolean): Promise<boolean> {
