@@ -1,6 +1,6 @@
 import { endAndRelease, endLease, MAY_HOLD_KEY } from './end-and-release.js';
 import type { AttemptLife } from './attempt-parts.js';
-import type { PipelinedResult } from './pipelined.js';
+import type { PipelinedResult } from './pipeline-types.js';
 import { isFenceLost } from './statements.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
 import { ADMIN_SHUTDOWN, isUnavailableError } from './unavailable.js';

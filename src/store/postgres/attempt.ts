@@ -5,7 +5,7 @@ import type { ClaimRequest, OpenAttempt } from '../../core/idempotency-store.js'
 import type { AttemptLife, AttemptParts, AttemptShape } from './attempt-parts.js';
 import { abortAttempt, commitFailed, rollbackAttempt } from './attempt-rollback.js';
 import { endAndRelease } from './end-and-release.js';
-import type { PipelinedResult } from './pipelined.js';
+import type { PipelinedResult } from './pipeline-types.js';
 import { exchange } from './exchange.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
 

@@ -1,7 +1,7 @@
 import type { SourceQueryRunner } from '../connection.js';
 import type { ClaimRequest } from '../../core/idempotency-store.js';
 import { endAndRelease } from './end-and-release.js';
-import type { PipelinedResult } from './pipelined.js';
+import type { PipelinedResult } from './pipeline-types.js';
 
 /**
  * The work never ran: its connection ends, and the claim is given back if the store still answers, so a retry need

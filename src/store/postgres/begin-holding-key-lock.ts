@@ -4,7 +4,7 @@ import { openAttempt } from './attempt.js';
 import { endAndRelease } from './end-and-release.js';
 import { giveBackClaim } from './begin-failed.js';
 import { notRun, type SeparateBegin } from './begin-after-claim-pool.js';
-import type { PipelinedResult } from './pipelined.js';
+import type { PipelinedResult } from './pipeline-types.js';
 import { exchange } from './exchange.js';
 import { claimResult } from './claim-statements.js';
 import type { ClaimRow } from './claim-row.js';

@@ -4,7 +4,7 @@ import { IdempotencyStore, type BeginResult, type ClaimMode, type ClaimRequest }
 import { openAttempt } from './attempt.js';
 import type { AttemptParts } from './attempt-parts.js';
 import { claimFailed, giveBackClaim, startAtOnce } from './begin-failed.js';
-import type { PipelinedResult } from './pipelined.js';
+import type { PipelinedResult } from './pipeline-types.js';
 import { DeferredBegin } from './deferred-begin.js';
 import type { PgClient } from './pools.js';
 import type { PostgresIdempotencyStore } from './postgres-idempotency.store.js';

@@ -3,7 +3,7 @@ import type { ClaimRequest, ClaimResult, StoredResponse } from '../../core/idemp
 import type { keyStoreStatements } from '../key-store.sql.js';
 import type { keyUpkeepStatements } from '../key-upkeep.sql.js';
 import type { ClaimFunction, ClaimRow } from './claim-row.js';
-import type { PipelinedStatement } from './pipelined.js';
+import type { PipelinedStatement } from './pipeline-types.js';
 
 /**
  * The claim and completion calls on one key table, every value a parameter (the rest, and the constructor:

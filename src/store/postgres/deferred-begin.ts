@@ -1,5 +1,5 @@
 import type { SourceDataSource, SourceQueryRunner } from '../connection.js';
-import type { PipelinedStatement } from './pipelined.js';
+import type { PipelinedStatement } from './pipeline-types.js';
 import type { PgClient } from './pools.js';
 import { sendAfterBegin, sendBeginAlone } from './deferred-begin-alone.js';
 import { OWN, queryClassOf, queryOf } from './node-postgres-query.js';

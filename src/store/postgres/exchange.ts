@@ -1,7 +1,8 @@
 import type { SourceDataSource, SourceQueryRunner } from '../connection.js';
 import { redactQueryError } from '../redacted-query-error.js';
 import { installRedactingLogger } from '../redacting-logger.js';
-import { pipelined, type PipelinedResult, type PipelinedStatement } from './pipelined.js';
+import { pipelined } from './pipelined.js';
+import type { PipelinedResult, PipelinedStatement } from './pipeline-types.js';
 import type { PgClient } from './pools.js';
 
 /**

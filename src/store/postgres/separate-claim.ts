@@ -1,7 +1,7 @@
 import type { SourceDataSource, SourceQueryRunner } from '../connection.js';
 import type { ClaimRequest } from '../../core/idempotency-store.js';
 import { READ_COMMITTED_NEEDED } from '../key-store.sql.js';
-import type { PipelinedResult } from './pipelined.js';
+import type { PipelinedResult } from './pipeline-types.js';
 import { exchange } from './exchange.js';
 import type { PgClient } from './pools.js';
 import type { ClaimRow } from './claim-row.js';

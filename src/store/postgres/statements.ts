@@ -5,7 +5,7 @@ import { keyUpkeepStatements } from '../key-upkeep.sql.js';
 import { citusKeyStatements } from '../citus/citus.sql.js';
 import type { ClaimFunction } from './claim-row.js';
 import { ClaimStatements } from './claim-statements.js';
-import type { PipelinedResult, PipelinedStatement } from './pipelined.js';
+import type { PipelinedResult, PipelinedStatement } from './pipeline-types.js';
 
 /**
  * Opens the claim's own transaction, and an autocommit write's: READ COMMITTED
