@@ -7,6 +7,7 @@ import { claimFailed, giveBackClaim, startAtOnce } from './begin-failed.js';
 import type { PipelinedResult } from './pipeline-types.js';
 import { DeferredBegin } from './deferred-begin.js';
 import type { PgClient } from './pools.js';
+import { queryClassOf } from './node-postgres-query.js';
 import type { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
 import { RequestTransactionBegin } from './request-transaction.js';
 import { beginAfterClaimPool } from './begin-after-claim-pool.js';
@@ -121,7 +122,7 @@ export class ClaimAndBegin {
    */
   async deferBegin(runner: SourceQueryRunner, held?: PgClient): Promise<DeferredBegin | undefined> {
     const client = held ?? ((await runner.connect()) as PgClient);
-    if (!DeferredBegin.canDefer(client)) return startAtOnce(runner);
+    if (queryClassOf(client) === undefined) return startAtOnce(runner);
     let deferred: DeferredBegin | undefined;
     await withTransactionStatementReplaced(runner, 'START TRANSACTION', async (_client, statement) => {
       deferred = DeferredBegin.arm(runner, client, statement, this.parts.pools.main);

@@ -7,9 +7,8 @@ import type { PgConnection, PgQuery } from './node-postgres-types.js';
 
 /**
  * The work's `START TRANSACTION` of a separate claim, sent with the work's first statement in the same batch (no
- * Sync between), so a BEGIN that fails makes PostgreSQL skip the statement: it never runs outside its transaction.
- * TypeORM has already run `startTransaction()`. Statements that cannot carry it: deferred-begin-alone.ts. Why and
- * how: docs/design.md#the-deferred-begin.
+ * Sync between), so a failed BEGIN makes PostgreSQL skip the statement: it never runs outside its transaction. Why
+ * and how: docs/design.md#the-deferred-begin.
  */
 export class DeferredBegin {
   /** armed: nothing sent; sent: the first statement carries it; open / failed: its answer. */
@@ -38,11 +37,6 @@ export class DeferredBegin {
     const begin = new DeferredBegin(runner, client, statement, source);
     begin.hookClient();
     return begin;
-  }
-
-  /** Whether `client` is node-postgres's JavaScript client, whose statements the BEGIN can be written ahead of. */
-  static canDefer(client: PgClient): boolean {
-    return queryClassOf(client) !== undefined;
   }
 
   /** The BEGIN answered, went out with the completion, or was dropped by a ROLLBACK before any statement. */
@@ -87,8 +81,7 @@ export class DeferredBegin {
   }
 
   private unhookRunner(): void {
-    // Assigned back, never deleted: a delete would turn the runner into a dictionary-mode object (see
-    // typeorm-transaction-hook.ts).
+    // Assigned back, never deleted (see typeorm-transaction-hook.ts).
     (this.runner as SourceQueryRunner & { query: SourceQueryRunner['query'] }).query = this.runnerQuery;
   }
 
@@ -96,9 +89,8 @@ export class DeferredBegin {
   private hookClient(): void {
     const original = this.clientQuery as (...args: unknown[]) => unknown;
     (this.client as { query: unknown }).query = (config: unknown, values?: unknown, callback?: unknown) => {
-      // The connection went back to its pool (the attempt ended): whoever holds it now gets it as it was. The same
-      // once the transaction is open, and for the ROLLBACK after a failed BEGIN, which goes to the server (it tells a
-      // dead connection apart).
+      // Back in its pool (the attempt ended), or the transaction open: as it was. The ROLLBACK after a failed BEGIN
+      // goes to the server too (it tells a dead connection apart).
       if (this.runner.isReleased || this.state === 'open' || (this.state === 'failed' && config === 'ROLLBACK')) {
         this.unhookClient();
         return original.call(this.client, config, values, callback);
@@ -164,10 +156,7 @@ export class DeferredBegin {
     this.watchBegin(query, true);
   }
 
-  /**
-   * Reads the BEGIN's outcome off `query`'s answers: its CommandComplete comes first (taken off the query's
-   * result when it carries the BEGIN); an error before it means the BEGIN did not open the transaction.
-   */
+  /** Reads the BEGIN's outcome off `query`'s answers: its CommandComplete comes first; an error before it, it failed. */
   watchBegin(query: PgQuery, carried: boolean): void {
     let begun = false;
     const { handleCommandComplete, handleError, handleReadyForQuery } = query;
