@@ -11,6 +11,7 @@ import { queryClassOf } from './node-postgres-query.js';
 import type { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
 import { RequestTransactionBegin } from './request-transaction.js';
 import { beginAfterClaimPool } from './begin-after-claim-pool.js';
+import { readsCommitted } from './business-isolation.js';
 import { beginHoldingKeyLock } from './begin-holding-key-lock.js';
 import { claimResult } from './claim-statements.js';
 import type { ClaimRow } from './claim-row.js';
@@ -54,19 +55,9 @@ export class ClaimAndBegin {
     return mode === 'request-transaction' ? this.requestTransaction.begin(request, lockTimeoutMs) : this.beginOnce(request);
   }
 
-  /**
-   * Whether the work's transactions run at READ COMMITTED (or READ UNCOMMITTED, the same in PostgreSQL): the data
-   * source's `isolationLevel`, else its connections' default, read once.
-   */
+  /** Whether the work's transactions run at READ COMMITTED (see `readsCommitted`), read once. */
   businessReadCommitted(): Promise<boolean> {
-    const { pools } = this.parts;
-    this.readCommitted ??= (async () => {
-      const level = pools.main.options.isolationLevel;
-      if (level) return level === 'READ COMMITTED' || level === 'READ UNCOMMITTED';
-      const { rows } = await pools.run({ text: 'SHOW default_transaction_isolation', values: [] }, { source: pools.main });
-      const shown = (rows as Array<{ default_transaction_isolation: string }>)[0]?.default_transaction_isolation;
-      return shown === 'read committed' || shown === 'read uncommitted';
-    })().catch((error: unknown) => {
+    this.readCommitted ??= readsCommitted(this.parts.pools).catch((error: unknown) => {
       this.readCommitted = undefined;
       throw error;
     });
