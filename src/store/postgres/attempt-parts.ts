@@ -42,6 +42,4 @@ export interface AttemptLife {
   aborted: boolean;
   /** Counts the attempt's end (its connection given back) into the routing, once the key lock is no longer held. */
   recordEnd: () => void;
-  /** Ends the attempt and gives its connection back, dropped after `failure` (see `endAndRelease`). */
-  end: (failure?: unknown) => Promise<void>;
 }

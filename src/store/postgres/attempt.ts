@@ -4,7 +4,6 @@ import { asWorkManager } from '../work-manager.js';
 import type { ClaimRequest, OpenAttempt } from '../../core/idempotency-store.js';
 import type { AttemptLife, AttemptParts, AttemptShape } from './attempt-parts.js';
 import { abortAttempt, commitFailed, rollbackAttempt } from './attempt-rollback.js';
-import { endAndRelease } from './end-and-release.js';
 import type { PipelinedResult } from './pipeline-types.js';
 import { exchange } from './exchange.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
@@ -34,11 +33,6 @@ export function openAttempt(
     recordEnd: () => {
       keyLockHolders.delete(request.ownerToken);
       routing.attemptEnded(openedAt);
-    },
-    end: async (failure?: unknown) => {
-      life.ended = true;
-      life.recordEnd();
-      await endAndRelease(runner, failure);
     },
   };
   return {
