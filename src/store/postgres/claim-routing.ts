@@ -4,9 +4,7 @@ import { queueMovesFast, type PoolLoad } from './claim-routing-queue.js';
 
 /**
  * Where a separate claim goes: on the main pool's connection the work then uses (a pool checkout fewer), or first on
- * the claim pool, so that replays and 409s never queue behind business transactions. It decides from how busy the
- * main pool is and how long its transactions hold a connection (under REPEATABLE READ or SERIALIZABLE also from the
- * share of claims answered without claiming: `AnsweredShareRouting`).
+ * the claim pool, so that replays and 409s never queue behind business transactions (see also `AnsweredShareRouting`).
  */
 export class ClaimRouting {
   /** When each attempt still open on the business pool began. */
