@@ -29,10 +29,7 @@ export class DeferredBegin {
     this.clientQuery = Object.getPrototypeOf(client).query as PgClient['query'];
   }
 
-  /**
-   * Defers `statement` to the first statement on `client`. Called from within TypeORM's `startTransaction()`, so that
-   * a statement of the app's `afterTransactionStart` subscribers carries it too; `watchRunner` follows.
-   */
+  /** Defers `statement` to `client`'s first statement, an `afterTransactionStart` subscriber's included. */
   static arm(runner: SourceQueryRunner, client: PgClient, statement: string, source: SourceDataSource): DeferredBegin {
     const begin = new DeferredBegin(runner, client, statement, source);
     begin.hookClient();
@@ -44,10 +41,7 @@ export class DeferredBegin {
     return this.state === 'open';
   }
 
-  /**
-   * The BEGIN for the completion's message when the work sent no statement; undefined once it has gone out. A BEGIN
-   * failing there changes nothing: the completion then commits alone, all its transaction would have held.
-   */
+  /** The BEGIN for the completion's message when the work sent no statement (failing, the completion commits alone). */
   take(): PipelinedStatement | undefined {
     if (this.state !== 'armed') return undefined;
     this.state = 'open';
