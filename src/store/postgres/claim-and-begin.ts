@@ -2,13 +2,12 @@ import type { EntityManager } from 'typeorm';
 import type { SourceQueryRunner } from '../connection.js';
 import { IdempotencyStore, type BeginResult, type ClaimMode, type ClaimRequest } from '../../core/idempotency-store.js';
 import { openAttempt } from './attempt.js';
-import type { AttemptParts } from './attempt-parts.js';
+import type { AttemptParts, KeyCalls } from './attempt-parts.js';
 import { claimFailed, giveBackClaim, startAtOnce } from './begin-failed.js';
 import type { PipelinedResult } from './pipeline-types.js';
 import { DeferredBegin } from './deferred-begin.js';
 import type { PgClient } from './pools.js';
 import { queryClassOf } from './node-postgres-query.js';
-import type { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
 import { RequestTransactionBegin } from './request-transaction.js';
 import { beginAfterClaimPool } from './begin-after-claim-pool.js';
 import { readsCommitted } from './business-isolation.js';
@@ -17,9 +16,6 @@ import { claimResult } from './claim-statements.js';
 import type { ClaimRow } from './claim-row.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
 import { isUnavailableError } from './unavailable.js';
-
-/** The store's own calls `begin` goes through (a subclass's overrides included). */
-type KeyCalls = Pick<PostgresIdempotencyStore, 'claim' | 'release' | 'renewLease'>;
 
 /** `PostgresIdempotencyStore`'s `begin` (see `ClaimAndBegin`), here with the rest of a new key's path. */
 export abstract class BeginningStore extends IdempotencyStore<EntityManager> {
