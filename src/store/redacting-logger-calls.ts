@@ -1,11 +1,11 @@
 import type { StatementLogger } from './connection.js';
 import { redactQueryError } from './redacted-query-error.js';
-import { isModuleSql } from './sql-marker.js';
 
 /** The redacting logger's calls other than `logQuery` (see `redactingLogger`); `redact` hides the module's values. */
 export function otherLogCalls(
   inner: StatementLogger,
   redact: <P>(sql: string, parameters: P) => P,
+  isModuleSql: (sql: unknown) => boolean,
 ): Omit<StatementLogger, 'logQuery'> {
   return {
     logQueryError: (error: string | Error, query: string, parameters?: unknown, queryRunner?: unknown) => {

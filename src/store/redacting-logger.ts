@@ -1,7 +1,12 @@
 import type { SourceDataSource, StatementLogger } from './connection.js';
 import { REDACTED } from './redacted-query-error.js';
 import { otherLogCalls } from './redacting-logger-calls.js';
-import { isModuleSql } from './sql-marker.js';
+import { MODULE_SQL_MARKER } from './sql-marker.js';
+
+/** Whether `sql` is one of the module's statements. */
+export function isModuleSql(sql: unknown): boolean {
+  return typeof sql === 'string' && sql.trimStart().startsWith(MODULE_SQL_MARKER);
+}
 
 function redactParameters<P>(sql: string, parameters: P): P {
   if (!isModuleSql(sql) || !Array.isArray(parameters)) return parameters;
@@ -18,7 +23,7 @@ export function redactingLogger(inner: StatementLogger): StatementLogger {
     [WRAPPED]: true,
     logQuery: (query: string, parameters?: unknown, queryRunner?: unknown) =>
       inner.logQuery(query, redactParameters(query, parameters) as any[] | undefined, queryRunner),
-    ...otherLogCalls(inner, redactParameters),
+    ...otherLogCalls(inner, redactParameters, isModuleSql),
   };
   return wrapper;
 }

@@ -5,8 +5,3 @@ export const MODULE_SQL_MARKER = '/* nest-idempotency:';
 export function sqlMarker(name: string): string {
   return `${MODULE_SQL_MARKER}${name} */`;
 }
-
-/** Whether `sql` is one of the module's statements. */
-export function isModuleSql(sql: unknown): boolean {
-  return typeof sql === 'string' && sql.trimStart().startsWith(MODULE_SQL_MARKER);
-}
