@@ -1,6 +1,6 @@
-import { createHash } from 'node:crypto';
 import type { ClaimRequest, ClaimResult, StoredResponse } from '../../core/idempotency-store.js';
 import { claimAnswered, completeInTransaction } from './claim-answered.js';
+import { statementName } from './prepared-statement-name.js';
 import type { keyStoreStatements } from '../key-store.sql.js';
 import type { keyUpkeepStatements } from '../key-upkeep.sql.js';
 import type { ClaimFunction, ClaimRow } from './claim-row.js';
@@ -32,7 +32,7 @@ export abstract class ClaimStatements {
         request.ttlMs,
         lockTimeoutMs,
       ],
-      ...(this.options.preparedStatements ? { name: this.statementName(name) } : {}),
+      ...(this.options.preparedStatements ? { name: statementName(this.table, name) } : {}),
     };
   }
 
@@ -43,13 +43,8 @@ export abstract class ClaimStatements {
     return {
       text: this.sql.completeOrRaise,
       values: [request.tenant, request.key, request.ownerToken, response.status, headers, response.body, ttlMs],
-      ...(this.options.preparedStatements ? { name: this.statementName('complete_or_raise') } : {}),
+      ...(this.options.preparedStatements ? { name: statementName(this.table, 'complete_or_raise') } : {}),
     };
-  }
-
-  /** One name per statement text, so stores of different tables never collide on a connection. */
-  protected statementName(name: ClaimFunction | 'complete' | 'complete_or_raise'): string {
-    return `nest_idem_${name}_${createHash('sha1').update(this.table).digest('hex').slice(0, 12)}`;
   }
 }
 
