@@ -62,7 +62,8 @@ import { DEFAULT_LEASE_MS, DEFAULT_TTL_MS } from '../src/idempotency.constants.j
 import { keyStoreStatements } from '../src/store/key-store.sql.js';
 import { requestTransactionKeyStatements } from '../src/store/request-transaction-key.sql.js';
 import { FENCE_LOST_SQLSTATE } from '../src/store/key-function-parts.sql.js';
-import { pipelined, type PipelineClient, type PipelinedStatement } from '../src/store/postgres/pipelined.js';
+import { pipelined } from '../src/store/postgres/pipelined.js';
+import type { PipelineClient, PipelinedStatement } from '../src/store/postgres/pipeline-types.js';
 import { quoteTableName } from '../src/store/identifiers.js';
 import { Idempotent, IdempotencyModule, TxManager } from '../src/index.js';
 import { chargeView, type ChargeBody } from './charge.js';

@@ -1,6 +1,7 @@
 import type { SourceDataSource } from '../store/connection.js';
 import { quoteTableName } from '../store/identifiers.js';
-import { installRedactingLogger, sqlMarker } from '../store/redacting-logger.js';
+import { installRedactingLogger } from '../store/redacting-logger.js';
+import { sqlMarker } from '../store/sql-marker.js';
 import { redactQueryError } from '../store/redacted-query-error.js';
 import { boardKey } from './board-key.js';
 

@@ -1,9 +1,4 @@
-/**
- * What every function of the key table shares, whichever file writes it (key-store.sql.ts,
- * request-transaction-key.sql.ts, the partitioned table's): its name, the claim's signature and version mark,
- * the key's lock, the fence's SQLSTATE and the expiry floor's slack.
- */
-
+/** What every function of the key table shares, whichever file writes it. */
 type KeyStoreFunction = 'claim' | 'complete' | 'complete_or_raise' | 'claim_in_transaction' | 'complete_in_transaction';
 
 /** A function of the key table, named after it and in its schema: `"billing"."payment_keys_claim"`. */
@@ -24,16 +19,15 @@ export const CLAIM_FUNCTION_SIGNATURE = `(
 export const KEY_FUNCTIONS_VERSION = 'nest-idempotency-pg key functions 5';
 
 /**
- * How long after `greatest(expiry_floor, lease_expires_at)` a completed row may still expire (a SQL interval). Every
- * writer keeps `expiry_floor <= expires_at`, and a completion later than this after its claim moves the floor to its
- * expiry, so the sweeper and the partitions' retirement can read the floor's index, which a completion leaves alone
- * (HOT updates): see docs/design.md, the key table's indexes.
+ * How long after `greatest(expiry_floor, lease_expires_at)` a completed row may still expire: a later completion
+ * moves the floor, so the sweeper can read the floor's index, which a completion leaves alone (HOT updates); see
+ * docs/design.md, the key table's indexes.
  */
 export const EXPIRY_FLOOR_SLACK = "interval '1 minute'";
 
 /**
- * The key's advisory lock, a plpgsql expression: chained hashes (no two pairs join into one string), seeded with the
- * table so two key tables never wait on each other. A collision only makes two keys wait for each other.
+ * The key's advisory lock: chained hashes (no two pairs join into one string), seeded with the table so two key
+ * tables never wait on each other. A collision only makes two keys wait for each other.
  */
 export function keyLock(tableName: string, tenant = 'p_tenant', key = 'p_key'): string {
   const seed = `nest-idempotency:key:${tableName}`.replace(/'/g, "''");

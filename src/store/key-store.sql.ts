@@ -1,4 +1,4 @@
-import { sqlMarker } from './redacting-logger.js';
+import { sqlMarker } from './sql-marker.js';
 import { quoteTableName } from './identifiers.js';
 import { dialectParts, type FunctionDialect } from './function-dialect.js';
 import {
@@ -14,52 +14,42 @@ import { requestTransactionKeyFunctions, requestTransactionKeyStatements } from 
 
 /**
  * The default mode's statements: `claim` answers the whole state table (docs/requests.md) in one atomic call, by
- * the database clock; `complete` is fenced by the owner token. What no new key sends is in key-upkeep.sql.ts.
- * Parameters: claim ($1 tenant, $2 key, $3 fingerprint, $4 owner token, $5 lease ms, $6 ttl ms, $7 lock timeout ms,
- * or null for a separate claim, which then writes only at READ COMMITTED); complete ($1-$3 tenant, key, owner
- * token, $4 status, $5 headers, $6 body, $7 ttl ms).
- *
- * @param t the table name, already quoted (`quoteTableName`)
- * @param tableName the same, as given (it seeds the key's lock: see `keyLock`)
+ * the database clock; `complete` is fenced by the owner token. Parameters: claim ($1 tenant, $2 key, $3 fingerprint,
+ * $4 owner token, $5 lease ms, $6 ttl ms, $7 lock timeout ms, null for a separate claim); complete ($1-$3 tenant,
+ * key, owner token, $4 status, $5 headers, $6 body, $7 ttl ms). `t` is `tableName` quoted.
  */
 export function keyStoreStatements(t: string, tableName: string) {
   return {
-    // A separate attempt's transaction holding the key's lock (see the store's holdKeyLockStatement): $1 tenant, $2 key.
+    // The key's lock for a separate attempt's transaction: $1 tenant, $2 key.
     holdKeyLock: `${sqlMarker('hold-key')} SELECT pg_try_advisory_xact_lock(${keyLock(tableName, '$1::text', '$2::text')}) AS locked`,
-    // Unnamed, so PgBouncer in transaction pooling needs nothing; PL/pgSQL plans the function's statements once per connection.
     claim: `${sqlMarker('claim')} SELECT * FROM ${fn(t, 'claim')}($1, $2, $3, $4::uuid, $5, $6, $7)`,
     complete: `${sqlMarker('complete')} SELECT ${fn(t, 'complete')}($1, $2, $3::uuid, $4, $5::jsonb, $6, $7) AS completed`,
-    // The same, raising FENCE_LOST_SQLSTATE instead of answering false: for a completion followed by COMMIT.
+    // Raises FENCE_LOST_SQLSTATE rather than answer false, so the COMMIT behind it fails.
     completeOrRaise: `${sqlMarker('complete')} SELECT ${fn(t, 'complete_or_raise')}($1, $2, $3::uuid, $4, $5::jsonb, $6, $7) AS completed`,
     ...requestTransactionKeyStatements(t, tableName),
   } as const;
 }
 
 /**
- * The functions the claim and the completion call, created by the key table's migration. PL/pgSQL caches their
- * statements' plans per connection, with no client-side prepared statement (which PgBouncer before 1.21 breaks).
- * The claim decides without a row lock whenever the answer is plain (a valid lease, a stored response, another
- * fingerprint): replays, 409s and 422s write no WAL. Otherwise it inserts or takes the row over, re-checking on the
- * locked latest version, and reads again (up to three times) a row a concurrent claim changed meanwhile: each
- * statement of a PL/pgSQL function sees rows committed before it started. The dialect's parts: function-dialect.ts.
- *
- * @param tableName the key table, possibly schema-qualified
+ * The functions the claim and the completion call, created by the key table's migration (PL/pgSQL caches their
+ * plans per connection, with no prepared statement for PgBouncer to break). The claim decides without a row lock
+ * when the answer is plain (a valid lease, a stored response, another fingerprint): replays, 409s and 422s write no
+ * WAL. Otherwise it inserts or takes the row over, and reads again (up to three times) a row a concurrent claim
+ * changed meanwhile: each statement of a PL/pgSQL function sees rows committed before it started.
  */
 export function keyStoreFunctions(tableName: string, dialect: FunctionDialect = 'postgres'): string[] {
   return [claimFunction(tableName, dialect), ...completionFunctions(tableName, dialect)];
 }
 
 /**
- * The claim's state when, sent alone on a connection defaulting to REPEATABLE READ or SERIALIZABLE, it would have
- * to write under an older snapshot: nothing written, the store sends it again inside `BEGIN ISOLATION LEVEL READ
- * COMMITTED`. (A replay, a 409 or a 422 is right under any snapshot taken at the statement's start.)
+ * The claim's state when, sent alone at REPEATABLE READ or SERIALIZABLE, it would write under an older snapshot:
+ * nothing written, the store sends it again inside `BEGIN ISOLATION LEVEL READ COMMITTED`.
  */
 export const READ_COMMITTED_NEEDED = 'read_committed_needed';
 
 /**
- * The plain table's claim on one server, before it writes: only READ COMMITTED may write (an older snapshot would
- * miss a claim committed meanwhile). Only for the claim sent alone (null lock timeout): claim_in_transaction calls
- * with one and writes at the work's level. Citus always sends the claim inside a transaction: no check there.
+ * Before the plain table's claim sent alone (null lock timeout) writes: only READ COMMITTED may (an older snapshot
+ * would miss a claim committed meanwhile). claim_in_transaction writes at the work's level.
  */
 const READ_COMMITTED_ONLY = `IF p_lock_timeout_ms IS NULL
             AND current_setting('transaction_isolation') NOT IN ('read committed', 'read uncommitted') THEN
@@ -68,7 +58,6 @@ const READ_COMMITTED_ONLY = `IF p_lock_timeout_ms IS NULL
            RETURN;
          END IF;`;
 
-/** The plain table's claim function (see `keyStoreFunctions`): claim mode `separate`, and takeovers. */
 function claimFunction(tableName: string, dialect: FunctionDialect = 'postgres'): string {
   const t = quoteTableName(tableName);
   const { now, declare, guard, attributes } = dialectParts(dialect, tableName);
@@ -152,10 +141,7 @@ function claimFunction(tableName: string, dialect: FunctionDialect = 'postgres')
      $fn$`;
 }
 
-/**
- * The completion functions, a fenced UPDATE the same on the plain and the partitioned table; between them, those of
- * claim mode `request-transaction` (request-transaction-key.sql.ts).
- */
+/** The completion functions, the same on the plain and the partitioned table. */
 export function completionFunctions(tableName: string, dialect: FunctionDialect = 'postgres'): string[] {
   const t = quoteTableName(tableName);
   const { declare, guard, attributes } = dialectParts(dialect, tableName);

@@ -1,4 +1,4 @@
-import { sqlMarker } from './redacting-logger.js';
+import { sqlMarker } from './sql-marker.js';
 
 /**
  * The key table's statements that no request for a new key sends: the

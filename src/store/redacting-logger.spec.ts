@@ -1,7 +1,8 @@
 import { describe, expect, it } from '@jest/globals';
 import { DataSource, type Logger as TypeOrmLogger } from 'typeorm';
 import { REDACTED, redactQueryError } from './redacted-query-error.js';
-import { installRedactingLogger, redactingLogger, sqlMarker } from './redacting-logger.js';
+import { installRedactingLogger, redactingLogger } from './redacting-logger.js';
+import { sqlMarker } from './sql-marker.js';
 
 class RecordingLogger implements TypeOrmLogger {
   calls: unknown[][] = [];

@@ -1,14 +1,9 @@
 import type { SourceDataSource, StatementLogger } from './connection.js';
-import { REDACTED, redactQueryError } from './redacted-query-error.js';
+import { REDACTED } from './redacted-query-error.js';
+import { otherLogCalls } from './redacting-logger-calls.js';
+import { MODULE_SQL_MARKER } from './sql-marker.js';
 
-/** Opens every statement of the module: tells its SQL from the app's, and names it in `pg_stat_statements`. */
-export const MODULE_SQL_MARKER = '/* nest-idempotency:';
-
-/** The marker comment that opens the module's statement `name` (e.g. `sqlMarker('claim')`). */
-export function sqlMarker(name: string): string {
-  return `${MODULE_SQL_MARKER}${name} */`;
-}
-
+/** Whether `sql` is one of the module's statements. */
 export function isModuleSql(sql: unknown): boolean {
   return typeof sql === 'string' && sql.trimStart().startsWith(MODULE_SQL_MARKER);
 }
@@ -28,16 +23,7 @@ export function redactingLogger(inner: StatementLogger): StatementLogger {
     [WRAPPED]: true,
     logQuery: (query: string, parameters?: unknown, queryRunner?: unknown) =>
       inner.logQuery(query, redactParameters(query, parameters) as any[] | undefined, queryRunner),
-    logQueryError: (error: string | Error, query: string, parameters?: unknown, queryRunner?: unknown) => {
-      // Redacted in place: TypeORM builds its QueryFailedError from this same driver error right after.
-      if (isModuleSql(query) && typeof error === 'object') redactQueryError(error, Array.isArray(parameters) ? parameters : []);
-      return inner.logQueryError(error, query, redactParameters(query, parameters) as any[] | undefined, queryRunner);
-    },
-    logQuerySlow: (time: number, query: string, parameters?: unknown, queryRunner?: unknown) =>
-      inner.logQuerySlow(time, query, redactParameters(query, parameters) as any[] | undefined, queryRunner),
-    logSchemaBuild: (message: string, queryRunner?: unknown) => inner.logSchemaBuild(message, queryRunner),
-    logMigration: (message: string, queryRunner?: unknown) => inner.logMigration(message, queryRunner),
-    log: (level: 'log' | 'info' | 'warn', message: unknown, queryRunner?: unknown) => inner.log(level, message, queryRunner),
+    ...otherLogCalls(inner, redactParameters, isModuleSql),
   };
   return wrapper;
 }

@@ -1,4 +1,4 @@
-import { sqlMarker } from './redacting-logger.js';
+import { sqlMarker } from './sql-marker.js';
 import { quoteTableName } from './identifiers.js';
 import { dialectParts, type FunctionDialect } from './function-dialect.js';
 import {

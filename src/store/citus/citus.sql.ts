@@ -5,7 +5,7 @@ import { keyStoreFunctions } from '../key-store.sql.js';
 import { createTableStatements, responseBodyStorage } from '../sql.js';
 
 export { delegatedGuard, NOT_DELEGATED_SQLSTATE } from '../function-dialect.js';
-import { sqlMarker } from '../redacting-logger.js';
+import { sqlMarker } from '../sql-marker.js';
 
 /**
  * What running the module on a Citus cluster, sharded by tenant, needs in SQL (issue 31). See

@@ -16,7 +16,7 @@ import {
   responseBodyStorage,
   upgradeToExpiryFloor,
 } from '../sql.js';
-import { sqlMarker } from '../redacting-logger.js';
+import { sqlMarker } from '../sql-marker.js';
 
 /**
  * The partitioned key table: the plain table's columns and state table, range

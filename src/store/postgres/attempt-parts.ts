@@ -5,7 +5,11 @@ import type { ClaimKeeper } from './request-transaction.js';
 import type { DeferredBegin } from './deferred-begin.js';
 import type { SeparateClaim } from './separate-claim.js';
 import type { Pools } from './pools.js';
+import type { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
 import type { KeyStatements } from './statements.js';
+
+/** The store's own calls `begin` goes through (a subclass's overrides included). */
+export type KeyCalls = Pick<PostgresIdempotencyStore, 'claim' | 'release' | 'renewLease'>;
 
 /** What an open attempt uses of its store. */
 export interface AttemptParts {
@@ -42,6 +46,4 @@ export interface AttemptLife {
   aborted: boolean;
   /** Counts the attempt's end (its connection given back) into the routing, once the key lock is no longer held. */
   recordEnd: () => void;
-  /** Ends the attempt and gives its connection back, dropped after `failure` (see `endAndRelease`). */
-  end: (failure?: unknown) => Promise<void>;
 }

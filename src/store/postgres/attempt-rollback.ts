@@ -1,6 +1,35 @@
 import { endAndRelease, endLease, MAY_HOLD_KEY } from './end-and-release.js';
 import type { AttemptLife } from './attempt-parts.js';
+import type { PipelinedResult } from './pipeline-types.js';
+import { isFenceLost } from './statements.js';
+import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
 import { ADMIN_SHUTDOWN, isUnavailableError } from './unavailable.js';
+
+/** Ends the attempt and gives its connection back, dropped after `failure` (see `endAndRelease`). */
+async function endAttempt(life: AttemptLife, failure?: unknown): Promise<void> {
+  life.ended = true;
+  life.recordEnd();
+  await endAndRelease(life.runner, failure);
+}
+
+/** An open attempt's completion or COMMIT failed (see `openAttempt`): false when the key was no longer its. */
+export async function commitFailed(
+  life: AttemptLife,
+  error: unknown,
+  rolledBack: boolean,
+  answers: PipelinedResult[] | undefined,
+): Promise<boolean> {
+  const { runner, how } = life;
+  const { keeper } = how;
+  // TypeORM's commitTransaction threw, so its subscribers were told of no commit, and the rollback below tells
+  // them of the rollback: sent only when the server still has the transaction (another ROLLBACK would be a
+  // round trip and a warning in the server's log).
+  if (rolledBack) await withTransactionStatementReplaced(runner, 'ROLLBACK', async () => undefined).catch(() => undefined);
+  const letGo = !keeper || isUnavailableError(error) || (await keeper.afterFailedCompletion(runner, answers));
+  await endAttempt(life, letGo ? error : MAY_HOLD_KEY);
+  if (isFenceLost(error)) return false;
+  throw error;
+}
 
 /** An open attempt's rollback (see `openAttempt`): a request-transaction attempt may keep its claim. */
 export async function rollbackAttempt(life: AttemptLife, keepClaim: boolean): Promise<boolean> {
@@ -12,7 +41,7 @@ export async function rollbackAttempt(life: AttemptLife, keepClaim: boolean): Pr
       if (await keeper.keep(runner)) return true;
     } catch (error) {
       if (isUnavailableError(error)) {
-        if (!life.ended) await life.end(error);
+        if (!life.ended) await endAttempt(life, error);
         throw error;
       }
     }
@@ -54,5 +83,8 @@ export async function abortAttempt(life: AttemptLife): Promise<void> {
     const terminate = { text, values: [pid] };
     await pools.run(terminate, { source: pools.claimPool }).catch(() => undefined);
   }
-  await life.end(Object.assign(new Error('The attempt held its key past maxHold and was ended.'), { code: ADMIN_SHUTDOWN }));
+  await endAttempt(
+    life,
+    Object.assign(new Error('The attempt held its key past maxHold and was ended.'), { code: ADMIN_SHUTDOWN }),
+  );
 }

@@ -3,18 +3,14 @@ import type { SourceQueryRunner } from '../connection.js';
 import { asWorkManager } from '../work-manager.js';
 import type { ClaimRequest, OpenAttempt } from '../../core/idempotency-store.js';
 import type { AttemptLife, AttemptParts, AttemptShape } from './attempt-parts.js';
-import { abortAttempt, rollbackAttempt } from './attempt-rollback.js';
-import { endAndRelease, MAY_HOLD_KEY } from './end-and-release.js';
-import type { PipelinedResult } from './pipelined.js';
+import { abortAttempt, commitFailed, rollbackAttempt } from './attempt-rollback.js';
+import type { PipelinedResult } from './pipeline-types.js';
 import { exchange } from './exchange.js';
-import { isFenceLost } from './statements.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
-import { isUnavailableError } from './unavailable.js';
 
 /**
- * The end of an attempt begun on `runner`, whose transaction is open: the
- * completion and the COMMIT in one round trip, a rollback that can keep the
- * claim, and an abort from outside.
+ * The end of an attempt begun on `runner`, whose transaction is open: the completion and the COMMIT in one round
+ * trip, a rollback that can keep the claim, and an abort from outside.
  */
 export function openAttempt(
   parts: AttemptParts,
@@ -37,11 +33,6 @@ export function openAttempt(
     recordEnd: () => {
       keyLockHolders.delete(request.ownerToken);
       routing.attemptEnded(openedAt);
-    },
-    end: async (failure?: unknown) => {
-      life.ended = true;
-      life.recordEnd();
-      await endAndRelease(runner, failure);
     },
   };
   return {
@@ -81,14 +72,7 @@ export function openAttempt(
         await runner.release();
         return true;
       } catch (error) {
-        // TypeORM's commitTransaction threw, so its subscribers were told of no commit, and the rollback below tells
-        // them of the rollback: sent only when the server still has the transaction (another ROLLBACK would be a
-        // round trip and a warning in the server's log).
-        if (rolledBack) await withTransactionStatementReplaced(runner, 'ROLLBACK', async () => undefined).catch(() => undefined);
-        const letGo = !keeper || isUnavailableError(error) || (await keeper.afterFailedCompletion(runner, answers));
-        await life.end(letGo ? error : MAY_HOLD_KEY);
-        if (isFenceLost(error)) return false;
-        throw error;
+        return commitFailed(life, error, rolledBack, answers);
       }
     },
     rollback: (keepClaim) => rollbackAttempt(life, keepClaim),

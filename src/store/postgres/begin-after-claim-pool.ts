@@ -4,6 +4,7 @@ import type { SourceQueryRunner } from '../connection.js';
 import type { BeginResult, ClaimRequest } from '../../core/idempotency-store.js';
 import { openAttempt } from './attempt.js';
 import { endAndRelease } from './end-and-release.js';
+import { giveBackClaim } from './begin-failed.js';
 import type { ClaimAndBegin } from './claim-and-begin.js';
 import type { DeferredBegin } from './deferred-begin.js';
 
@@ -37,10 +38,7 @@ export async function beginAfterClaimPool(begin: SeparateBegin, request: ClaimRe
       if (!(rows as Array<{ locked: boolean }>)[0]?.locked) return await notRun(begin, runner, request);
     }
   } catch (error) {
-    await endAndRelease(runner, error);
-    // The work never ran: give the claim back, so a retry need not wait out the lease.
-    await begin.store.release(request).catch(() => false);
-    throw error;
+    return giveBackClaim(begin.store, runner, request, error);
   }
   if (!stillOurs) {
     void endAndRelease(runner);

@@ -2,8 +2,9 @@ import type { EntityManager } from 'typeorm';
 import type { BeginResult, ClaimRequest } from '../../core/idempotency-store.js';
 import { openAttempt } from './attempt.js';
 import { endAndRelease } from './end-and-release.js';
+import { giveBackClaim } from './begin-failed.js';
 import { notRun, type SeparateBegin } from './begin-after-claim-pool.js';
-import type { PipelinedResult } from './pipelined.js';
+import type { PipelinedResult } from './pipeline-types.js';
 import { exchange } from './exchange.js';
 import { claimResult } from './claim-statements.js';
 import type { ClaimRow } from './claim-row.js';
@@ -38,11 +39,8 @@ export async function beginHoldingKeyLock(begin: SeparateBegin, request: ClaimRe
       if (!opened.ok) throw opened.error;
     });
   } catch (error) {
-    await endAndRelease(runner, error);
-    // The claim may have committed before the BEGIN failed or the connection was lost: give it back if the store
-    // still answers, so a retry need not wait out the lease.
-    await begin.store.release(request).catch(() => false);
-    throw error;
+    // The claim may have committed before the BEGIN failed or the connection was lost.
+    return giveBackClaim(begin.store, runner, request, error);
   }
   const [claimed, committed] = [results[1], results[2]];
   if (!claimed.ok || !committed.ok) {

@@ -2,43 +2,39 @@ import type { EntityManager } from 'typeorm';
 import type { SourceQueryRunner } from '../connection.js';
 import { IdempotencyStore, type BeginResult, type ClaimMode, type ClaimRequest } from '../../core/idempotency-store.js';
 import { openAttempt } from './attempt.js';
-import type { AttemptParts } from './attempt-parts.js';
-import { endAndRelease } from './end-and-release.js';
-import type { PipelinedResult } from './pipelined.js';
+import type { AttemptParts, KeyCalls } from './attempt-parts.js';
+import { claimFailed, giveBackClaim, startAtOnce } from './begin-failed.js';
+import type { PipelinedResult } from './pipeline-types.js';
 import { DeferredBegin } from './deferred-begin.js';
 import type { PgClient } from './pools.js';
-import type { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
+import { queryClassOf } from './node-postgres-query.js';
 import { RequestTransactionBegin } from './request-transaction.js';
 import { beginAfterClaimPool } from './begin-after-claim-pool.js';
+import { readsCommitted } from './business-isolation.js';
 import { beginHoldingKeyLock } from './begin-holding-key-lock.js';
 import { claimResult } from './claim-statements.js';
 import type { ClaimRow } from './claim-row.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
 import { isUnavailableError } from './unavailable.js';
 
-/** The store's own calls `begin` goes through (a subclass's overrides included). */
-type KeyCalls = Pick<PostgresIdempotencyStore, 'claim' | 'release' | 'renewLease'>;
-
-/** `PostgresIdempotencyStore`'s `begin`, here with the rest of a new key's path; the store's other calls are in its own file. */
+/** `PostgresIdempotencyStore`'s `begin` (see `ClaimAndBegin`), here with the rest of a new key's path. */
 export abstract class BeginningStore extends IdempotencyStore<EntityManager> {
   protected abstract readonly claimAndBegin: ClaimAndBegin;
 
-  /**
-   * The claim and the BEGIN of the work's transaction in one round trip, on the connection the work then uses, every
-   * value a parameter.
-   *
-   * - `separate`: the claim commits on its own, durably, at READ COMMITTED whatever the defaults (a concurrent
-   *   claim's commit is read, never a serialization failure): the work may use its generation before its own
-   *   COMMIT, and a retry after a crash must find it. The work's BEGIN goes out with its first statement.
-   * - `request-transaction`: `START TRANSACTION`, the claim, `SAVEPOINT`, so a failure's response can be stored
-   *   under the key's lock; the app's isolation level stands (a serialization failure starts it again).
-   */
   override async begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs = 0): Promise<BeginResult<EntityManager>> {
     return this.claimAndBegin.begin(request, mode, lockTimeoutMs);
   }
 }
 
-/** The store's `begin`: the claim and the work's BEGIN in one round trip, on the connection the work then uses. */
+/**
+ * The store's `begin`: the claim and the work's BEGIN in one round trip, on the connection the work then uses.
+ *
+ * - `separate`: the claim commits on its own, durably, at READ COMMITTED (a concurrent claim's commit is read, never
+ *   a serialization failure): the work may use its generation before its COMMIT, and a retry after a crash must
+ *   find it. The work's BEGIN goes out with its first statement.
+ * - `request-transaction`: `START TRANSACTION`, the claim, `SAVEPOINT`, so a failure's response can be stored under
+ *   the key's lock; the app's isolation level stands.
+ */
 export class ClaimAndBegin {
   private readCommitted?: Promise<boolean>;
   private readonly requestTransaction: RequestTransactionBegin;
@@ -51,24 +47,13 @@ export class ClaimAndBegin {
     this.requestTransaction = new RequestTransactionBegin(parts, table, () => this.businessReadCommitted());
   }
 
-  /** See `PostgresIdempotencyStore.begin`. */
   begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs: number): Promise<BeginResult<EntityManager>> {
     return mode === 'request-transaction' ? this.requestTransaction.begin(request, lockTimeoutMs) : this.beginOnce(request);
   }
 
-  /**
-   * Whether the work's transactions run at READ COMMITTED (or READ UNCOMMITTED, the same in PostgreSQL): the data
-   * source's `isolationLevel`, else its connections' default, read once.
-   */
+  /** Whether the work's transactions run at READ COMMITTED (see `readsCommitted`), read once. */
   businessReadCommitted(): Promise<boolean> {
-    const { pools } = this.parts;
-    this.readCommitted ??= (async () => {
-      const level = pools.main.options.isolationLevel;
-      if (level) return level === 'READ COMMITTED' || level === 'READ UNCOMMITTED';
-      const { rows } = await pools.run({ text: 'SHOW default_transaction_isolation', values: [] }, { source: pools.main });
-      const shown = (rows as Array<{ default_transaction_isolation: string }>)[0]?.default_transaction_isolation;
-      return shown === 'read committed' || shown === 'read uncommitted';
-    })().catch((error: unknown) => {
+    this.readCommitted ??= readsCommitted(this.parts.pools).catch((error: unknown) => {
       this.readCommitted = undefined;
       throw error;
     });
@@ -100,16 +85,9 @@ export class ClaimAndBegin {
       const lost = [claimed, committed].find((result) => !result.ok && isUnavailableError(result.error));
       if (lost) throw (lost as { error: unknown }).error;
     } catch (error) {
-      await endAndRelease(runner, error);
-      // Give the claim back if the store still answers, so a retry need not wait out the lease.
-      await this.store.release(request).catch(() => false);
-      throw error;
+      return giveBackClaim(this.store, runner, request, error);
     }
-    if (!claimed.ok || !committed.ok) {
-      // The COMMIT answered ROLLBACK: nothing committed, and the connection is idle again.
-      await runner.release();
-      throw claimed.ok ? (committed as { error: unknown }).error : claimed.error;
-    }
+    if (!claimed.ok || !committed.ok) return claimFailed(runner, claimed, committed);
     const claim = claimResult(claimed.rows[0] as ClaimRow | undefined, request);
     if (claim.state !== 'claimed') {
       // No transaction was opened: nothing to roll back.
@@ -120,9 +98,7 @@ export class ClaimAndBegin {
     try {
       deferred = await this.deferBegin(runner, client);
     } catch (error) {
-      await endAndRelease(runner, error);
-      await this.store.release(request).catch(() => false);
-      throw error;
+      return giveBackClaim(this.store, runner, request, error);
     }
     return { claim, attempt: openAttempt(this.parts, runner, request, { deferredBegin: deferred }) };
   }
@@ -133,10 +109,7 @@ export class ClaimAndBegin {
    */
   async deferBegin(runner: SourceQueryRunner, held?: PgClient): Promise<DeferredBegin | undefined> {
     const client = held ?? ((await runner.connect()) as PgClient);
-    if (!DeferredBegin.canDefer(client)) {
-      await runner.startTransaction();
-      return undefined;
-    }
+    if (queryClassOf(client) === undefined) return startAtOnce(runner);
     let deferred: DeferredBegin | undefined;
     await withTransactionStatementReplaced(runner, 'START TRANSACTION', async (_client, statement) => {
       deferred = DeferredBegin.arm(runner, client, statement, this.parts.pools.main);

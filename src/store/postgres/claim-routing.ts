@@ -1,22 +1,10 @@
 import { performance } from 'node:perf_hooks';
 import type { SourceDataSource } from '../connection.js';
-
-/** Longest expected wait for a business connection at which the claim still goes on it (see `mainPoolHasRoom`). */
-const FUSED_CLAIM_MAX_WAIT_MS = 10;
-
-/** The pg Pool under TypeORM's postgres driver, as far as the routing looks at it. */
-interface PgPool {
-  idleCount: number;
-  totalCount: number;
-  waitingCount: number;
-  options: { max: number };
-}
+import { queueMovesFast, type PoolLoad } from './claim-routing-queue.js';
 
 /**
  * Where a separate claim goes: on the main pool's connection the work then uses (a pool checkout fewer), or first on
- * the claim pool, so that replays and 409s never queue behind business transactions. It decides from how busy the
- * main pool is and how long its transactions hold a connection (under REPEATABLE READ or SERIALIZABLE also from the
- * share of claims answered without claiming: `AnsweredShareRouting`).
+ * the claim pool, so that replays and 409s never queue behind business transactions (see also `AnsweredShareRouting`).
  */
 export class ClaimRouting {
   /** When each attempt still open on the business pool began. */
@@ -46,25 +34,12 @@ export class ClaimRouting {
     this.holdMs = Number.isFinite(this.holdMs) ? this.holdMs * 0.9 + held * 0.1 : held;
   }
 
-  /**
-   * Whether the claim can go on the business connection without keeping a replay or a 409 waiting long: the main
-   * pool has a connection free, or its queue moves fast (a caller waits about (queue + 1) / pool size of the time a
-   * business transaction holds its connection).
-   */
+  /** Whether the claim can go on the business connection without keeping a replay or a 409 waiting long. */
   mainPoolHasRoom(): boolean {
     if (this.claimPool === this.main) return true;
-    const pool = (this.main.driver as unknown as { master?: PgPool }).master;
+    const pool = (this.main.driver as unknown as { master?: PoolLoad }).master;
     if (!pool?.options) return true;
     if (pool.waitingCount === 0 && (pool.idleCount > 0 || pool.totalCount < pool.options.max)) return true;
-    const expectedWaitMs = ((pool.waitingCount + 1) / pool.options.max) * this.holdMs;
-    if (expectedWaitMs > FUSED_CLAIM_MAX_WAIT_MS) return false;
-    // The average only learns of slow transactions once they end. The queue has stalled when even the attempt opened
-    // last has been open for longer than the bound: none is then known to move. (Any one old attempt is not enough:
-    // under steady load some always are while new ones open every few milliseconds, and every new key would pay the
-    // claim pool's extra round trip.)
-    const now = performance.now();
-    let youngest = Number.POSITIVE_INFINITY;
-    for (const openedAt of this.openAttempts) youngest = Math.min(youngest, now - openedAt);
-    return youngest <= FUSED_CLAIM_MAX_WAIT_MS;
+    return queueMovesFast(pool, this.holdMs, this.openAttempts);
   }
 }

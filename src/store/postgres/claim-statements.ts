@@ -1,9 +1,10 @@
-import { createHash } from 'node:crypto';
 import type { ClaimRequest, ClaimResult, StoredResponse } from '../../core/idempotency-store.js';
+import { claimAnswered, completeInTransaction } from './claim-answered.js';
+import { statementName } from './prepared-statement-name.js';
 import type { keyStoreStatements } from '../key-store.sql.js';
 import type { keyUpkeepStatements } from '../key-upkeep.sql.js';
 import type { ClaimFunction, ClaimRow } from './claim-row.js';
-import type { PipelinedStatement } from './pipelined.js';
+import type { PipelinedStatement } from './pipeline-types.js';
 
 /**
  * The claim and completion calls on one key table, every value a parameter (the rest, and the constructor:
@@ -31,65 +32,29 @@ export abstract class ClaimStatements {
         request.ttlMs,
         lockTimeoutMs,
       ],
-      ...(this.options.preparedStatements ? { name: this.statementName(name) } : {}),
+      ...(this.options.preparedStatements ? { name: statementName(this.table, name) } : {}),
     };
   }
 
-  /**
-   * The completion sent with an open attempt's COMMIT: a lost fence raises, so the COMMIT behind it in the same
-   * message answers ROLLBACK. A request-transaction claim that wrote no row (`claim_in_transaction`) writes it here.
-   */
+  /** The completion sent with an open attempt's COMMIT: a lost fence raises, so the COMMIT behind it answers ROLLBACK. */
   completion(request: ClaimRequest, response: StoredResponse, ttlMs: number, writesRow: boolean): PipelinedStatement {
+    if (writesRow) return completeInTransaction(this.sql.completeInTransaction, request, response, ttlMs);
     const headers = JSON.stringify(response.headers);
-    return writesRow
-      ? {
-          text: this.sql.completeInTransaction,
-          values: [
-            request.tenant,
-            request.key,
-            request.fingerprint,
-            request.ownerToken,
-            response.status,
-            headers,
-            response.body,
-            ttlMs,
-          ],
-        }
-      : {
-          text: this.sql.completeOrRaise,
-          values: [request.tenant, request.key, request.ownerToken, response.status, headers, response.body, ttlMs],
-          ...(this.options.preparedStatements ? { name: this.statementName('complete_or_raise') } : {}),
-        };
-  }
-
-  /** One name per statement text, so stores of different tables never collide on a connection. */
-  protected statementName(name: ClaimFunction | 'complete' | 'complete_or_raise'): string {
-    return `nest_idem_${name}_${createHash('sha1').update(this.table).digest('hex').slice(0, 12)}`;
+    return {
+      text: this.sql.completeOrRaise,
+      values: [request.tenant, request.key, request.ownerToken, response.status, headers, response.body, ttlMs],
+      ...(this.options.preparedStatements ? { name: statementName(this.table, 'complete_or_raise') } : {}),
+    };
   }
 }
 
 /** What the claim function's row says, as the engine reads it. */
 export function claimResult(row: ClaimRow | undefined, request: ClaimRequest): ClaimResult {
-  switch (row?.state) {
-    case 'claimed':
-      return {
-        state: 'claimed',
-        attempt: row.attempt,
-        generation: row.generation ?? request.ownerToken,
-        phases: { recoveryPoint: row.recovery_point, results: row.phase_results ? JSON.parse(row.phase_results) : {} },
-      };
-    case 'in_flight':
-      return { state: 'in-flight', retryAfterSeconds: row.retry_after ?? 1 };
-    case 'mismatch':
-      return { state: 'mismatch' };
-    case 'completed':
-      return {
-        state: 'completed',
-        response: { status: row.response_status ?? 200, headers: row.response_headers ?? [], body: row.response_body },
-        // The claim functions of this version answer a completed key with the seconds its record has left here.
-        recordExpiresInSeconds: row.retry_after ?? undefined,
-      };
-    default:
-      return { state: 'in-flight', retryAfterSeconds: 1 };
-  }
+  if (row?.state !== 'claimed') return claimAnswered(row);
+  return {
+    state: 'claimed',
+    attempt: row.attempt,
+    generation: row.generation ?? request.ownerToken,
+    phases: { recoveryPoint: row.recovery_point, results: row.phase_results ? JSON.parse(row.phase_results) : {} },
+  };
 }

@@ -1,5 +1,5 @@
 import type { SourceDataSource, SourceQueryRunner } from '../connection.js';
-import type { PipelinedStatement } from './pipelined.js';
+import type { PipelinedStatement } from './pipeline-types.js';
 import type { PgClient } from './pools.js';
 import { sendAfterBegin, sendBeginAlone } from './deferred-begin-alone.js';
 import { OWN, queryClassOf, queryOf } from './node-postgres-query.js';
@@ -7,9 +7,8 @@ import type { PgConnection, PgQuery } from './node-postgres-types.js';
 
 /**
  * The work's `START TRANSACTION` of a separate claim, sent with the work's first statement in the same batch (no
- * Sync between), so a BEGIN that fails makes PostgreSQL skip the statement: it never runs outside its transaction.
- * TypeORM has already run `startTransaction()`. Statements that cannot carry it: deferred-begin-alone.ts. Why and
- * how: docs/design.md#the-deferred-begin.
+ * Sync between), so a failed BEGIN makes PostgreSQL skip the statement: it never runs outside its transaction. Why
+ * and how: docs/design.md#the-deferred-begin.
  */
 export class DeferredBegin {
   /** armed: nothing sent; sent: the first statement carries it; open / failed: its answer. */
@@ -30,19 +29,11 @@ export class DeferredBegin {
     this.clientQuery = Object.getPrototypeOf(client).query as PgClient['query'];
   }
 
-  /**
-   * Defers `statement` to the first statement on `client`. Called from within TypeORM's `startTransaction()`, so that
-   * a statement of the app's `afterTransactionStart` subscribers carries it too; `watchRunner` follows.
-   */
+  /** Defers `statement` to `client`'s first statement, an `afterTransactionStart` subscriber's included. */
   static arm(runner: SourceQueryRunner, client: PgClient, statement: string, source: SourceDataSource): DeferredBegin {
     const begin = new DeferredBegin(runner, client, statement, source);
     begin.hookClient();
     return begin;
-  }
-
-  /** Whether `client` is node-postgres's JavaScript client, whose statements the BEGIN can be written ahead of. */
-  static canDefer(client: PgClient): boolean {
-    return queryClassOf(client) !== undefined;
   }
 
   /** The BEGIN answered, went out with the completion, or was dropped by a ROLLBACK before any statement. */
@@ -50,10 +41,7 @@ export class DeferredBegin {
     return this.state === 'open';
   }
 
-  /**
-   * The BEGIN for the completion's message when the work sent no statement; undefined once it has gone out. A BEGIN
-   * failing there changes nothing: the completion then commits alone, all its transaction would have held.
-   */
+  /** The BEGIN for the completion's message when the work sent no statement (failing, the completion commits alone). */
   take(): PipelinedStatement | undefined {
     if (this.state !== 'armed') return undefined;
     this.state = 'open';
@@ -87,8 +75,7 @@ export class DeferredBegin {
   }
 
   private unhookRunner(): void {
-    // Assigned back, never deleted: a delete would turn the runner into a dictionary-mode object (see
-    // typeorm-transaction-hook.ts).
+    // Assigned back, never deleted (see typeorm-transaction-hook.ts).
     (this.runner as SourceQueryRunner & { query: SourceQueryRunner['query'] }).query = this.runnerQuery;
   }
 
@@ -96,9 +83,8 @@ export class DeferredBegin {
   private hookClient(): void {
     const original = this.clientQuery as (...args: unknown[]) => unknown;
     (this.client as { query: unknown }).query = (config: unknown, values?: unknown, callback?: unknown) => {
-      // The connection went back to its pool (the attempt ended): whoever holds it now gets it as it was. The same
-      // once the transaction is open, and for the ROLLBACK after a failed BEGIN, which goes to the server (it tells a
-      // dead connection apart).
+      // Back in its pool (the attempt ended), or the transaction open: as it was. The ROLLBACK after a failed BEGIN
+      // goes to the server too (it tells a dead connection apart).
       if (this.runner.isReleased || this.state === 'open' || (this.state === 'failed' && config === 'ROLLBACK')) {
         this.unhookClient();
         return original.call(this.client, config, values, callback);
@@ -164,10 +150,7 @@ export class DeferredBegin {
     this.watchBegin(query, true);
   }
 
-  /**
-   * Reads the BEGIN's outcome off `query`'s answers: its CommandComplete comes first (taken off the query's
-   * result when it carries the BEGIN); an error before it means the BEGIN did not open the transaction.
-   */
+  /** Reads the BEGIN's outcome off `query`'s answers: its CommandComplete comes first; an error before it, it failed. */
   watchBegin(query: PgQuery, carried: boolean): void {
     let begun = false;
     const { handleCommandComplete, handleError, handleReadyForQuery } = query;

@@ -1,13 +1,11 @@
 import type { SourceDataSource, SourceQueryRunner } from '../connection.js';
 import { redactQueryError } from '../redacted-query-error.js';
 import { installRedactingLogger } from '../redacting-logger.js';
-import { pipelined, type PipelinedResult, type PipelinedStatement } from './pipelined.js';
+import { pipelined } from './pipelined.js';
+import type { PipelinedResult, PipelinedStatement } from './pipeline-types.js';
 import type { PgClient } from './pools.js';
 
-/**
- * Sends `statements` in one round trip (`pipelined`), each logged through the data source's logger (which redacts
- * its parameters); a failure is logged once and carries neither the text nor the values.
- */
+/** Sends `statements` in one round trip, each logged (redacted); a failure is logged once, without text or values. */
 export async function exchange(
   client: PgClient,
   statements: readonly PipelinedStatement[],

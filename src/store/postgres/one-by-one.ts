@@ -1,4 +1,5 @@
-import { send, type PipelineClient, type PipelinedResult, type PipelinedStatement } from './pipelined.js';
+import { send } from './pipelined.js';
+import type { PipelineClient, PipelinedResult, PipelinedStatement } from './pipeline-types.js';
 
 /** With node-postgres before 8.23: one statement after another, each after the previous answer. */
 export async function oneByOne(client: PipelineClient, statements: readonly PipelinedStatement[]): Promise<PipelinedResult[]> {

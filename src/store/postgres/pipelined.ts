@@ -1,40 +1,11 @@
 import { oneByOne } from './one-by-one.js';
-
-/** One statement of a pipeline: parameterised (extended protocol) when it has values, else a simple query. */
-export interface PipelinedStatement {
-  text: string;
-  values?: unknown[];
-  /** A named prepared statement (the store's `preparedStatements` option). */
-  name?: string;
-}
-
-/** What one statement of a pipeline answered. */
-export type PipelinedResult = { ok: true; rows: unknown[]; rowCount: number | null } | { ok: false; error: unknown };
-
-/** node-postgres's client, as far as pipelining it goes. */
-export interface PipelineClient {
-  query(
-    text: string,
-    values: unknown[] | undefined,
-    callback: (error: Error | null, result: { rows: unknown[]; rowCount: number | null }) => void,
-  ): void;
-  query(
-    config: PipelinedStatement,
-    callback: (error: Error | null, result: { rows: unknown[]; rowCount: number | null }) => void,
-  ): void;
-  /** node-postgres 8.23+: send queries without waiting for the previous answer. */
-  pipeline?: boolean;
-  /** Present on clients that can pipeline (8.23+); older clients queue one query at a time. */
-  _sentQueryQueue?: unknown[];
-  connection?: { stream?: { cork?: () => void; uncork?: () => void } };
-}
+import type { Answer, PipelineClient, PipelinedResult, PipelinedStatement } from './pipeline-types.js';
 
 /**
- * Sends `statements` on `client` (held by the caller, nothing else in flight) in one round trip and one corked
- * write: node-postgres 8.23's pipelining, a Sync after each statement, values always as parameters (PostgreSQL logs a
- * failing statement's text, its parameters only with `log_parameter_max_length_on_error` above 0). Every statement
- * runs whatever the one before answered, as PostgreSQL runs them: after an error in a transaction block the later
- * ones fail and a COMMIT answers ROLLBACK. Before 8.23: `oneByOne`, the same results, a round trip each.
+ * Sends `statements` on `client` (held by the caller, nothing else in flight) in one round trip and one corked write
+ * (node-postgres 8.23's pipelining, a Sync after each), values always as parameters, which PostgreSQL's log of a
+ * failing statement leaves out. Each runs whatever the one before answered: after an error in a transaction block
+ * the later ones fail and a COMMIT answers ROLLBACK. Before 8.23: `oneByOne`, a round trip each.
  */
 export function pipelined(client: PipelineClient, statements: readonly PipelinedStatement[]): Promise<PipelinedResult[]> {
   if (!Array.isArray(client._sentQueryQueue)) return oneByOne(client, statements);
@@ -45,8 +16,7 @@ export function pipelined(client: PipelineClient, statements: readonly Pipelined
     const answer = (i: number) => (error: unknown, result?: { rows: unknown[]; rowCount: number | null }) => {
       results[i] = error ? { ok: false, error } : { ok: true, rows: result!.rows, rowCount: result!.rowCount };
       if (--left > 0) return;
-      // Every statement has answered (or failed with the connection): nothing is left in flight that would be read
-      // in pipeline mode, and the client goes back to the pool as the pool lent it.
+      // Nothing is left in flight: the client goes back to the pool as the pool lent it.
       client.pipeline = false;
       resolve(results);
     };
@@ -61,13 +31,7 @@ export function pipelined(client: PipelineClient, statements: readonly Pipelined
   });
 }
 
-export type Answer = (error: unknown, result?: { rows: unknown[]; rowCount: number | null }) => void;
-
-/**
- * One statement, answered through `callback`. A statement with values and no
- * name goes as text and values: node-postgres copies a config object
- * property by property, a measurable part of a short query's CPU.
- */
+/** One statement, answered through `callback`; unnamed, as text and values (node-postgres copies a config object). */
 export function send(client: PipelineClient, statement: PipelinedStatement, callback: Answer): void {
   try {
     if (statement.name === undefined) client.query(statement.text, statement.values, callback);

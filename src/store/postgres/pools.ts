@@ -1,6 +1,6 @@
 import type { SourceDataSource, SourceManager } from '../connection.js';
 import { exchange } from './exchange.js';
-import type { PipelineClient, PipelinedResult, PipelinedStatement } from './pipelined.js';
+import type { PipelineClient, PipelinedResult, PipelinedStatement } from './pipeline-types.js';
 import { BEGIN_READ_COMMITTED } from './statements.js';
 import { isUnavailableError } from './unavailable.js';
 

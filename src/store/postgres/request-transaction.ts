@@ -7,7 +7,7 @@ import { messages } from '../../errors/messages.js';
 import { openAttempt } from './attempt.js';
 import type { AttemptParts } from './attempt-parts.js';
 import { endAndRelease, MAY_HOLD_KEY } from './end-and-release.js';
-import type { PipelinedResult, PipelinedStatement } from './pipelined.js';
+import type { PipelinedResult, PipelinedStatement } from './pipeline-types.js';
 import { exchange } from './exchange.js';
 import type { PgClient } from './pools.js';
 import { claimResult } from './claim-statements.js';

@@ -5,7 +5,8 @@ import { keyUpkeepStatements } from '../key-upkeep.sql.js';
 import { citusKeyStatements } from '../citus/citus.sql.js';
 import type { ClaimFunction } from './claim-row.js';
 import { ClaimStatements } from './claim-statements.js';
-import type { PipelinedResult, PipelinedStatement } from './pipelined.js';
+import { statementName } from './prepared-statement-name.js';
+import type { PipelinedResult, PipelinedStatement } from './pipeline-types.js';
 
 /**
  * Opens the claim's own transaction, and an autocommit write's: READ COMMITTED
@@ -51,7 +52,7 @@ export class KeyStatements extends ClaimStatements {
     return {
       text: this.sql.complete,
       values: [ref.tenant, ref.key, ref.ownerToken, response.status, JSON.stringify(response.headers), response.body, ttlMs],
-      ...(this.options.preparedStatements ? { name: this.statementName('complete') } : {}),
+      ...(this.options.preparedStatements ? { name: statementName(this.table, 'complete') } : {}),
     };
   }
 

@@ -2,17 +2,15 @@ import type { SourceQueryRunner } from '../connection.js';
 import type { PgClient } from './pools.js';
 
 /**
- * Runs TypeORM's `startTransaction()`, `commitTransaction()` or `rollbackTransaction()` with its one statement
- * replaced by `send` (given as it should go, isolation level included), so the app's subscribers and TypeORM's
- * bookkeeping see the transaction as usual while the statement travels with the module's (or not at all).
+ * Runs TypeORM's `startTransaction()`, `commitTransaction()` or `rollbackTransaction()` with its statement replaced
+ * by `send`, so the app's subscribers and TypeORM's bookkeeping see the transaction as usual.
  */
 export async function withTransactionStatementReplaced(
   runner: SourceQueryRunner,
   statement: 'START TRANSACTION' | 'COMMIT' | 'ROLLBACK',
   send: (client: PgClient, statement: string) => Promise<void>,
 ): Promise<void> {
-  // TypeORM follows START TRANSACTION with the data source's isolation level, which must come before any other
-  // statement of the transaction: it goes into the message instead (TypeORM has validated it as one of the levels).
+  // TypeORM sends the data source's isolation level after START TRANSACTION (validated): it goes into it instead.
   const level = statement === 'START TRANSACTION' ? runner.connection.options.isolationLevel : undefined;
   const sent = level && /^[A-Z ]+$/.test(level) ? `START TRANSACTION ISOLATION LEVEL ${level}` : statement;
   const own = runner as SourceQueryRunner & { query: SourceQueryRunner['query'] };

@@ -1,0 +1,44 @@
+import type { ClaimRequest, ClaimResult, StoredResponse } from '../../core/idempotency-store.js';
+import type { ClaimRow } from './claim-row.js';
+import type { PipelinedStatement } from './pipeline-types.js';
+
+/** A claim function's row that claimed nothing (see `claimResult`), as the engine reads it. */
+export function claimAnswered(row: ClaimRow | undefined): ClaimResult {
+  switch (row?.state) {
+    case 'in_flight':
+      return { state: 'in-flight', retryAfterSeconds: row.retry_after ?? 1 };
+    case 'mismatch':
+      return { state: 'mismatch' };
+    case 'completed':
+      return {
+        state: 'completed',
+        response: { status: row.response_status ?? 200, headers: row.response_headers ?? [], body: row.response_body },
+        // The claim functions of this version answer a completed key with the seconds its record has left here.
+        recordExpiresInSeconds: row.retry_after ?? undefined,
+      };
+    default:
+      return { state: 'in-flight', retryAfterSeconds: 1 };
+  }
+}
+
+/** The completion of a request-transaction claim that wrote no row (`claim_in_transaction`): it writes it. */
+export function completeInTransaction(
+  text: string,
+  request: ClaimRequest,
+  response: StoredResponse,
+  ttlMs: number,
+): PipelinedStatement {
+  return {
+    text,
+    values: [
+      request.tenant,
+      request.key,
+      request.fingerprint,
+      request.ownerToken,
+      response.status,
+      JSON.stringify(response.headers),
+      response.body,
+      ttlMs,
+    ],
+  };
+}
