@@ -1,6 +1,5 @@
 import type { SourceDataSource, StatementLogger } from './connection.js';
-import { REDACTED } from './redacted-query-error.js';
-import { otherLogCalls } from './redacting-logger-calls.js';
+import { REDACTED, redactQueryError } from './redacted-query-error.js';
 import { MODULE_SQL_MARKER } from './sql-marker.js';
 
 /** Whether `sql` is one of the module's statements. */
@@ -23,7 +22,16 @@ export function redactingLogger(inner: StatementLogger): StatementLogger {
     [WRAPPED]: true,
     logQuery: (query: string, parameters?: unknown, queryRunner?: unknown) =>
       inner.logQuery(query, redactParameters(query, parameters) as any[] | undefined, queryRunner),
-    ...otherLogCalls(inner, redactParameters, isModuleSql),
+    logQueryError: (error: string | Error, query: string, parameters?: unknown, queryRunner?: unknown) => {
+      // Redacted in place: TypeORM builds its QueryFailedError from this same driver error right after.
+      if (isModuleSql(query) && typeof error === 'object') redactQueryError(error, Array.isArray(parameters) ? parameters : []);
+      return inner.logQueryError(error, query, redactParameters(query, parameters) as any[] | undefined, queryRunner);
+    },
+    logQuerySlow: (time: number, query: string, parameters?: unknown, queryRunner?: unknown) =>
+      inner.logQuerySlow(time, query, redactParameters(query, parameters) as any[] | undefined, queryRunner),
+    logSchemaBuild: (message: string, queryRunner?: unknown) => inner.logSchemaBuild(message, queryRunner),
+    logMigration: (message: string, queryRunner?: unknown) => inner.logMigration(message, queryRunner),
+    log: (level: 'log' | 'info' | 'warn', message: unknown, queryRunner?: unknown) => inner.log(level, message, queryRunner),
   };
   return wrapper;
 }
