@@ -27,7 +27,10 @@ describe.each(ADAPTERS)('duplicates of a claim on its way share its answer, over
     Number((await db.query('SELECT count(*) FROM effects WHERE label = $1', [label])).rows[0].count);
 
   /** Runs `send` while the key table is locked, so that every claim waits in the server until the lock goes. */
-  async function whileKeyTableLocked<T>(send: () => Promise<T>[], meanwhile?: () => Promise<void>): Promise<T[]> {
+  async function whileKeyTableLocked<T>(
+    send: () => Promise<T>[],
+    meanwhile?: (lockerPid: number) => Promise<void>,
+  ): Promise<T[]> {
     const locker = await sqlClient(schema);
     try {
       await locker.query('BEGIN');
@@ -36,7 +39,7 @@ describe.each(ADAPTERS)('duplicates of a claim on its way share its answer, over
       const answers = send();
       // Every request reaches the engine long before this; the lock keeps the first claim unanswered meanwhile.
       await sleep(400);
-      await meanwhile?.();
+      await meanwhile?.((await locker.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0].pid);
       await locker.query('COMMIT');
       return await Promise.all(answers);
     } finally {
@@ -106,11 +109,13 @@ describe.each(ADAPTERS)('duplicates of a claim on its way share its answer, over
     const first = await post(app.url, '/items-forgotten', { label }, `k-${label}`);
     const answers = await whileKeyTableLocked(
       () => Array.from({ length: 8 }, () => post(app.url, '/items-forgotten', { label }, `k-${label}`)),
-      async () => {
-        // The one claim waiting on the lock: its server process ends, as in a crash of that backend.
+      async (lockerPid) => {
+        // The one claim waiting on this test's lock: its server process ends, as in a crash of that backend. (Only
+        // the one this test's lock holds up: other test files share the database and may have claims waiting too.)
         const { rows } = await db.query<{ ended: boolean }>(
           `SELECT pg_terminate_backend(pid) AS ended FROM pg_stat_activity
-            WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%nest-idempotency:claim%'`,
+            WHERE $1 = ANY (pg_blocking_pids(pid)) AND query LIKE '%nest-idempotency:claim%'`,
+          [lockerPid],
         );
         expect(rows).toEqual([{ ended: true }]);
         // The duplicates' own claims are sent (and wait on the lock) before it goes.
