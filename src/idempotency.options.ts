@@ -1,5 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
-import type { ClaimMode } from './core/idempotency-engine.js';
+import type { ClaimMode } from './core/idempotency-store.js';
 
 /*
  * The module's and the routes' options as users write them, and as the

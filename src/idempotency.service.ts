@@ -1,6 +1,5 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
-import type { ClaimMode } from './core/idempotency-engine.js';
 import type { FailureDecision } from './core/outcomes.js';
 import type { WorkScope } from './core/work.js';
 import type { Phases } from './core/phases.js';
@@ -9,7 +8,7 @@ import { tenantOrKeyError } from './core/tenant-or-key-error.js';
 import { IDEMPOTENCY_OPTIONS } from './idempotency.constants.js';
 import { type FailurePolicy, type ResolvedIdempotencyOptions, type Duration } from './idempotency.options.js';
 import { resolveRouteOptions } from './resolve-options.js';
-import type { IdempotencyStore, StoredResponse, SweepOptions, SweepResult } from './core/idempotency-store.js';
+import type { ClaimMode, IdempotencyStore, StoredResponse, SweepOptions, SweepResult } from './core/idempotency-store.js';
 import { IdempotencyRuntime } from './transports/run-idempotent.js';
 import { jsonResponse, readJson } from './transports/stored-outcome.js';
 

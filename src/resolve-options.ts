@@ -1,4 +1,4 @@
-import type { ClaimMode } from './core/idempotency-engine.js';
+import type { ClaimMode } from './core/idempotency-store.js';
 import ms from 'ms';
 import {
   DEFAULT_HEADER,

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import pg from 'pg';
 import type { DataSource, EntityManager } from 'typeorm';
-import { IdempotencyEngine, type ClaimMode } from '../src/core/idempotency-engine.js';
+import { IdempotencyEngine } from '../src/core/idempotency-engine.js';
+import type { ClaimMode } from '../src/core/idempotency-store.js';
 import { PostgresIdempotencyStore } from '../src/store/postgres/postgres-idempotency.store.js';
 import { createTableStatements } from '../src/store/sql.js';
 import {

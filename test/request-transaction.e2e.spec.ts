@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { DataSource, EntityManager } from 'typeorm';
-import { IdempotencyEngine, type ClaimMode } from '../src/core/idempotency-engine.js';
+import { IdempotencyEngine } from '../src/core/idempotency-engine.js';
+import type { ClaimMode } from '../src/core/idempotency-store.js';
 import { KeyInFlightError, LeaseLostError } from '../src/core/errors.js';
 import { PostgresIdempotencyStore } from '../src/store/postgres/postgres-idempotency.store.js';
 import { createTables, dataSourceOptions, freshSchema, openDataSource } from './support/database.js';

@@ -14,8 +14,6 @@ import { SILENT_OBSERVER, type EngineObserver } from './observer.js';
 import { Phases, type TransactionOutcome } from './phases.js';
 import type { EngineOutcome, IdempotentWork, PhasedWork, WorkScope } from './work.js';
 
-export type { ClaimMode } from './idempotency-store.js';
-
 /** Longest pause between two looks at a key in flight elsewhere, while a duplicate waits for it. */
 const MAX_WAIT_PAUSE_MS = 250;
 
