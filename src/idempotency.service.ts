@@ -9,6 +9,7 @@ import { IDEMPOTENCY_OPTIONS } from './idempotency.constants.js';
 import { type FailurePolicy, type ResolvedIdempotencyOptions, type Duration } from './idempotency.options.js';
 import { resolveRouteOptions } from './resolve-options.js';
 import type { ClaimMode, IdempotencyStore, StoredResponse, SweepOptions, SweepResult } from './core/idempotency-store.js';
+import { executePhased } from './transports/phased-execution.js';
 import { IdempotencyRuntime } from './transports/run-idempotent.js';
 import { jsonResponse, readJson } from './transports/stored-outcome.js';
 
@@ -99,7 +100,7 @@ export class IdempotencyService {
    */
   async executePhased<T>(input: ExecuteInput, work: (phases: Phases<EntityManager>) => T | Promise<T>): Promise<T> {
     const scope = this.scopeOf(input);
-    const outcome = await this.runtime.executePhased<T>(scope, this.runtime.newContext(), async (_claim, phases) =>
+    const outcome = await executePhased<T>(this.runtime, scope, this.runtime.newContext(), async (_claim, phases) =>
       resultOf(await work(phases)),
     );
     return readJson<T>(outcome.response, null as T);

@@ -1,19 +1,19 @@
 import type { EntityManager } from 'typeorm';
-import type { IdempotencyEngine } from '../core/idempotency-engine.js';
+import { executePhasedWork } from '../core/phased-work.js';
 import type { Phases } from '../core/phases.js';
 import type { ClaimInfo, EngineOutcome, PhasedWork, WorkScope } from '../core/work.js';
-import type { AppTransactionManager } from '../transaction/app-transaction-manager.js';
 import { idempotencyContext, type IdempotencyExecutionContext } from '../transaction/idempotency-context.js';
+import type { IdempotencyRuntime } from './run-idempotent.js';
 import type { Done } from './transport.js';
 
 /** Runs `work` as phases: no transaction around it, one per phase, each visible through `TransactionHost`. */
 export function executePhased<R>(
-  engine: IdempotencyEngine<EntityManager>,
-  appTransactions: AppTransactionManager | undefined,
+  runtime: IdempotencyRuntime,
   work: WorkScope,
   context: IdempotencyExecutionContext,
   body: (claim: ClaimInfo, phases: Phases<EntityManager>) => Promise<Done<R>>,
 ): Promise<EngineOutcome<R>> {
+  const { appTransactions } = runtime;
   const phased: PhasedWork<EntityManager, R> = {
     ...work,
     run: (phases, claim) => {
@@ -26,5 +26,5 @@ export function executePhased<R>(
         appTransactions ? appTransactions.join(manager, fn, ended) : fn(),
       ),
   };
-  return engine.executePhased(phased);
+  return executePhasedWork(runtime.engine, phased);
 }

@@ -9,8 +9,8 @@ import { fingerprintValue } from '../core/fingerprint-value.js';
 import { unusableIdentifier } from '../core/key.js';
 import type { EngineObserver } from '../core/observer.js';
 import { decideFailure } from '../core/outcomes.js';
-import type { Phases, TransactionOutcome } from '../core/phases.js';
-import type { ClaimInfo, EngineOutcome, IdempotentWork, WorkScope } from '../core/work.js';
+import type { TransactionOutcome } from '../core/phases.js';
+import type { ClaimInfo, IdempotentWork, WorkScope } from '../core/work.js';
 import { messages } from '../errors/messages.js';
 import { problems } from '../errors/problems.js';
 import type { RouteSettings } from '../http/route-settings-type.js';
@@ -20,7 +20,7 @@ import { IDEMPOTENCY_TRANSACTION_MANAGER, type AppTransactionManager } from '../
 import { idempotencyContext, type IdempotencyExecutionContext } from '../transaction/idempotency-context.js';
 import { executePhased } from './phased-execution.js';
 import { tenantFailed, tenantLater } from './tenant-failed.js';
-import type { Done, Transport } from './transport.js';
+import type { Transport } from './transport.js';
 
 /**
  * The one request path of every transport: the key, the tenant, the fingerprint, the engine (with the request
@@ -74,7 +74,7 @@ export async function runIdempotent<R>(
   };
   try {
     const outcome = phases
-      ? await runtime.executePhased(work, execution, (claim) => transport.invoke(claim))
+      ? await executePhased(runtime, work, execution, (claim) => transport.invoke(claim))
       : await runtime.engine.execute(work);
     await transport.answer(outcome);
   } catch (error) {
@@ -96,7 +96,7 @@ export class IdempotencyRuntime {
     @Inject(IDEMPOTENCY_OPTIONS) readonly options: ResolvedIdempotencyOptions,
     @Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: SourceDataSource,
     @Optional() @Inject(IDEMPOTENCY_OBSERVER) observer?: EngineObserver,
-    @Optional() @Inject(IDEMPOTENCY_TRANSACTION_MANAGER) private readonly appTransactions?: AppTransactionManager,
+    @Optional() @Inject(IDEMPOTENCY_TRANSACTION_MANAGER) readonly appTransactions?: AppTransactionManager,
   ) {
     this.engine = new IdempotencyEngine(store, observer, new CompletedAnswers(options.completedAnswers));
   }
@@ -121,15 +121,6 @@ export class IdempotencyRuntime {
     return idempotencyContext.run(context, () =>
       this.appTransactions ? this.appTransactions.join(manager, body, ended) : body(),
     );
-  }
-
-  /** Runs `work` as phases (see `phased-execution.ts`). */
-  executePhased<R>(
-    work: WorkScope,
-    context: IdempotencyExecutionContext,
-    body: (claim: ClaimInfo, phases: Phases<EntityManager>) => Promise<Done<R>>,
-  ): Promise<EngineOutcome<R>> {
-    return executePhased(this.engine, this.appTransactions, work, context, body);
   }
 
   /**
