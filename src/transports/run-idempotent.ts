@@ -19,7 +19,7 @@ import type { ResolvedIdempotencyOptions } from '../idempotency.options.js';
 import { IDEMPOTENCY_TRANSACTION_MANAGER, type AppTransactionManager } from '../transaction/app-transaction-manager.js';
 import { idempotencyContext, type IdempotencyExecutionContext } from '../transaction/idempotency-context.js';
 import { executePhased } from './phased-execution.js';
-import { tenantFailed, tenantLater } from './tenant-failed.js';
+import { tenantFailed, tenantLater, tenantRefused } from './tenant-failed.js';
 import type { Transport } from './transport.js';
 
 /**
@@ -140,15 +140,8 @@ export class IdempotencyRuntime {
   }
 
   private checkedTenant(tenant: unknown, routeName: string): string {
-    if (tenant === undefined || tenant === null) {
-      this.logger.error(messages.log.tenantUnresolved(routeName));
-      throw problems.tenantUnresolved();
-    }
     const unusable = unusableIdentifier(tenant);
-    if (unusable) {
-      this.logger.error(messages.log.tenantUnusable(routeName, unusable));
-      throw problems.tenantUnresolved();
-    }
+    if (unusable) throw tenantRefused(this.logger, routeName, tenant, unusable);
     return tenant as string;
   }
 }

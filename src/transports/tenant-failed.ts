@@ -20,3 +20,13 @@ export function tenantLater(
     throw tenantFailed(logger, error, routeName);
   });
 }
+
+/** The resolver's tenant is none (`unusable` says why): logged, and the request fails closed. */
+export function tenantRefused(logger: Logger, routeName: string, tenant: unknown, unusable: string): unknown {
+  logger.error(
+    tenant === undefined || tenant === null
+      ? messages.log.tenantUnresolved(routeName)
+      : messages.log.tenantUnusable(routeName, unusable),
+  );
+  return problems.tenantUnresolved();
+}
