@@ -2,6 +2,7 @@ import type { EngineObserver, IdempotencyEvent, SpanAttributes } from '../core/o
 import type { IdempotencyEvents } from './events.js';
 import type { OtelApi, OtelInstruments, OtelTracer } from './otel-api.js';
 import { recordSweepOrOutbox } from './sweep-and-outbox-metrics.js';
+import { tracedSpan } from './traced-span.js';
 
 /**
  * The engine's observer when `@opentelemetry/api` is installed (see `createEngineObserver`): each event recorded in
@@ -26,17 +27,7 @@ export class OpenTelemetryObserver implements EngineObserver {
     fn: (annotate: (attributes: SpanAttributes) => void) => Promise<T>,
   ): Promise<T> {
     if (!this.tracing()) return fn(annotateNothing);
-    return this.tracer.startActiveSpan(name, { attributes }, async (span) => {
-      try {
-        return await fn((more) => span.setAttributes(more));
-      } catch (error) {
-        // The error's name only: a message can quote anything, a key included.
-        span.setStatus({ code: this.api.SpanStatusCode.ERROR, message: error instanceof Error ? error.name : 'error' });
-        throw error;
-      } finally {
-        span.end();
-      }
-    });
+    return tracedSpan(this.api, this.tracer, name, attributes, fn);
   }
 
   emit(event: IdempotencyEvent, tenant?: string): void {
