@@ -4,7 +4,6 @@ import type { FailureDecision } from './core/outcomes.js';
 import type { WorkScope } from './core/work.js';
 import type { Phases } from './core/phases.js';
 import { fingerprintValue } from './core/fingerprint-value.js';
-import { forgetLease } from './core/lease-ended.js';
 import { tenantOrKeyError } from './core/tenant-or-key-error.js';
 import { IDEMPOTENCY_OPTIONS } from './idempotency.constants.js';
 import { type FailurePolicy, type ResolvedIdempotencyOptions, type Duration } from './idempotency.options.js';
@@ -63,7 +62,7 @@ export class IdempotencyService {
    * next heartbeat anyway.
    */
   leaseEnded(tenant: string, key: string): void {
-    forgetLease(this.runtime.engine.held, tenant, key);
+    this.runtime.engine.forgetLease(tenant, key);
   }
 
   /**

@@ -30,8 +30,7 @@ export function heldBy(work: WorkScope, request: ClaimRequest, claim: Extract<Cl
 
 /** The keys this process holds while their work runs: visible to duplicates here, kept alive, bounded by `maxHoldMs`. */
 export class HeldKeys<Tx> {
-  /** The executions running here, by `localId` (an operator's release ends a lease: see lease-ended.ts). */
-  readonly local = new Map<string, LocalExecution>();
+  private readonly local = new Map<string, LocalExecution>();
 
   constructor(private readonly store: IdempotencyStore<Tx>) {}
 
@@ -70,6 +69,12 @@ export class HeldKeys<Tx> {
       if (this.local.get(id) === running) this.local.delete(id);
       settle(response);
     };
+  }
+
+  /** An operator ended the lease of this process's attempt on `(tenant, key)`: its duplicates here ask the store. */
+  forgetLease(tenant: string, key: string): void {
+    const running = this.local.get(localId({ tenant, key }));
+    if (running) running.held.leaseEndsAt = 0;
   }
 
   /** Renews the lease every third of it while the work runs (see lease-renewal.ts), for at most `maxHoldMs`. */

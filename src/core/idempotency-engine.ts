@@ -22,7 +22,7 @@ const MAX_WAIT_PAUSE_MS = 250;
  * mode says only where the claim goes, phased work that each phase commits alone. Failures: see failure-handling.ts.
  */
 export class IdempotencyEngine<Tx> {
-  readonly held: HeldKeys<Tx>;
+  private readonly held: HeldKeys<Tx>;
   private readonly failures: FailureHandling<Tx>;
   private readonly claimsOnTheirWay = new ClaimsOnTheirWay<Replayed | Claimed<Tx>>();
   private readonly isUnavailable = (error: unknown) => this.store.isUnavailableError(error);
@@ -48,6 +48,11 @@ export class IdempotencyEngine<Tx> {
   fromMemory<R>(work: WorkScope): Promise<EngineOutcome<R>> | undefined {
     const remembered = work.replayFromMemory ? this.answers?.get(work.tenant, work.key) : undefined;
     return remembered && replayRemembered(this.observer, work, remembered);
+  }
+
+  /** An operator ended the lease of this process's attempt on `(tenant, key)`: duplicates here ask the store. */
+  forgetLease(tenant: string, key: string): void {
+    this.held.forgetLease(tenant, key);
   }
 
   /** One execution, claim to settle. `phased` is the work when it runs as phases (no transaction around it). */
