@@ -30,7 +30,7 @@ export class IdempotencyEngine<Tx> {
   /** @param answers the answers this process completed or replayed, to replay from memory */
   constructor(
     private readonly store: IdempotencyStore<Tx>,
-    readonly observer: EngineObserver = SILENT_OBSERVER,
+    private readonly observer: EngineObserver = SILENT_OBSERVER,
     private readonly answers?: CompletedAnswers,
   ) {
     this.held = new HeldKeys(store);
@@ -44,8 +44,15 @@ export class IdempotencyEngine<Tx> {
     );
   }
 
+  /** Like `execute`, for work written as phases (see `Phases`); always claimed separately. */
+  executePhased<R>(work: PhasedWork<Tx, R>): Promise<EngineOutcome<R>> {
+    return (
+      this.fromMemory<R>(work) ?? observeExecution(this.observer, work, (trace) => this.lifecycle(work, 'separate', work, trace))
+    );
+  }
+
   /** Before anything else, with no I/O: the answer this process remembers for the key, if any. */
-  fromMemory<R>(work: WorkScope): Promise<EngineOutcome<R>> | undefined {
+  private fromMemory<R>(work: WorkScope): Promise<EngineOutcome<R>> | undefined {
     const remembered = work.replayFromMemory ? this.answers?.get(work.tenant, work.key) : undefined;
     return remembered && replayRemembered(this.observer, work, remembered);
   }
@@ -56,7 +63,7 @@ export class IdempotencyEngine<Tx> {
   }
 
   /** One execution, claim to settle. `phased` is the work when it runs as phases (no transaction around it). */
-  async lifecycle<R>(
+  private async lifecycle<R>(
     work: WorkScope,
     mode: ClaimMode,
     phased: PhasedWork<Tx, R> | undefined,

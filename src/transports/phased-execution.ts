@@ -1,5 +1,4 @@
 import type { EntityManager } from 'typeorm';
-import { executePhasedWork } from '../core/phased-work.js';
 import type { Phases } from '../core/phases.js';
 import type { ClaimInfo, EngineOutcome, PhasedWork, WorkScope } from '../core/work.js';
 import { idempotencyContext, type IdempotencyExecutionContext } from '../transaction/idempotency-context.js';
@@ -26,5 +25,5 @@ export function executePhased<R>(
         appTransactions ? appTransactions.join(manager, fn, ended) : fn(),
       ),
   };
-  return executePhasedWork(runtime.engine, phased);
+  return runtime.engine.executePhased(phased);
 }
