@@ -1,6 +1,6 @@
 import type { EntityManager } from 'typeorm';
 import type { SourceQueryRunner } from '../connection.js';
-import { IdempotencyStore, type BeginResult, type ClaimMode, type ClaimRequest } from '../../core/idempotency-store.js';
+import type { BeginResult, ClaimMode, ClaimRequest } from '../../core/idempotency-store.js';
 import { openAttempt } from './attempt.js';
 import type { AttemptParts, KeyCalls } from './attempt-parts.js';
 import { claimFailed, giveBackClaim, startAtOnce } from './begin-failed.js';
@@ -16,15 +16,6 @@ import { claimResult } from './claim-statements.js';
 import type { ClaimRow } from './claim-row.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
 import { isUnavailableError } from './unavailable.js';
-
-/** `PostgresIdempotencyStore`'s `begin` (see `ClaimAndBegin`), here with the rest of a new key's path. */
-export abstract class BeginningStore extends IdempotencyStore<EntityManager> {
-  protected abstract readonly claimAndBegin: ClaimAndBegin;
-
-  override async begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs = 0): Promise<BeginResult<EntityManager>> {
-    return this.claimAndBegin.begin(request, mode, lockTimeoutMs);
-  }
-}
 
 /**
  * The store's `begin`: the claim and the work's BEGIN in one round trip, on the connection the work then uses.

@@ -1,18 +1,21 @@
 import type { EntityManager } from 'typeorm';
 import type { SourceDataSource } from '../connection.js';
-import type {
-  ClaimRef,
-  ClaimRequest,
-  ClaimResult,
-  PhaseState,
-  StoredResponse,
-  SweepOptions,
-  SweepResult,
+import {
+  IdempotencyStore,
+  type BeginResult,
+  type ClaimMode,
+  type ClaimRef,
+  type ClaimRequest,
+  type ClaimResult,
+  type PhaseState,
+  type StoredResponse,
+  type SweepOptions,
+  type SweepResult,
 } from '../../core/idempotency-store.js';
 import { quoteTableName } from '../identifiers.js';
 import { PartitionRetention, type PartitionStatus } from '../partitioned/partition-retention.js';
 import type { AttemptParts } from './attempt-parts.js';
-import { BeginningStore, ClaimAndBegin } from './claim-and-begin.js';
+import { ClaimAndBegin } from './claim-and-begin.js';
 import { AnsweredShareRouting } from './claim-routing-answered.js';
 import { SeparateClaim } from './separate-claim.js';
 import { answerOf, lendConnection, Pools } from './pools.js';
@@ -56,7 +59,7 @@ export interface PostgresIdempotencyStoreOptions {
  * PgBouncer in transaction pooling (no named prepared statements unless asked
  * for, no session state). All time comparisons use the database clock.
  */
-export class PostgresIdempotencyStore extends BeginningStore {
+export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   /** The key table, possibly schema-qualified, as given (unquoted). */
   readonly tableName: string;
   private readonly statements: KeyStatements;
@@ -64,7 +67,7 @@ export class PostgresIdempotencyStore extends BeginningStore {
   /** Retention by partitions, for the partitioned table; undefined for the plain one. */
   private readonly partitions?: PartitionRetention;
   private readonly attemptParts: AttemptParts;
-  protected readonly claimAndBegin: ClaimAndBegin;
+  private readonly claimAndBegin: ClaimAndBegin;
   private readonly sweptTable: SweptTable;
 
   constructor(dataSource: SourceDataSource, tableName: string, options: PostgresIdempotencyStoreOptions = {}) {
@@ -100,6 +103,11 @@ export class PostgresIdempotencyStore extends BeginningStore {
   /** The partitioned table's partitions, for health checks; undefined for the plain table. */
   async partitionStatus(defaultRowsLimit: number): Promise<PartitionStatus | undefined> {
     return this.partitions?.status(defaultRowsLimit);
+  }
+
+  /** The claim and the work's BEGIN in one round trip (see `ClaimAndBegin`). */
+  override async begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs = 0): Promise<BeginResult<EntityManager>> {
+    return this.claimAndBegin.begin(request, mode, lockTimeoutMs);
   }
 
   /**
