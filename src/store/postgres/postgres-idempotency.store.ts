@@ -120,7 +120,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
    */
   async claim(request: ClaimRequest, tx?: EntityManager, lockTimeoutMs?: number): Promise<ClaimResult> {
     if (!tx) return claimResult((await this.claimAlone(request))[0], request);
-    const statement = this.statements.claim(request, this.statements.inTransactionClaim, lockTimeoutMs ?? 0);
+    const statement = this.statements.claims.claim(request, this.statements.inTransactionClaim, lockTimeoutMs ?? 0);
     const { rows } = await this.pools.run(statement, { tx });
     return claimResult(rows[0] as ClaimRow | undefined, request);
   }
