@@ -1,5 +1,6 @@
 import type { ClaimRequest, ClaimResult, StoredResponse } from '../../core/idempotency-store.js';
-import { claimAnswered, completeInTransaction } from './claim-answered.js';
+import { claimAnswered } from './claim-answered.js';
+import { completeInTransaction } from './complete-in-transaction.js';
 import { statementName } from './prepared-statement-name.js';
 import type { ClaimFunction, ClaimRow } from './claim-row.js';
 import type { PipelinedStatement } from './pipeline-types.js';
