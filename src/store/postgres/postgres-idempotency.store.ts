@@ -16,6 +16,7 @@ import { quoteTableName } from '../identifiers.js';
 import { PartitionRetention, type PartitionStatus } from '../partitioned/partition-retention.js';
 import type { AttemptParts } from './attempt-parts.js';
 import { ClaimAndBegin } from './claim-and-begin.js';
+import { RequestTransactionBegin } from './request-transaction.js';
 import { AnsweredShareRouting } from './claim-routing-answered.js';
 import { SeparateClaim } from './separate-claim.js';
 import { Pools } from './pools.js';
@@ -42,6 +43,7 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   private readonly partitions?: PartitionRetention;
   private readonly attemptParts: AttemptParts;
   private readonly claimAndBegin: ClaimAndBegin;
+  private readonly requestTransaction: RequestTransactionBegin;
   private readonly sweptTable: SweptTable;
 
   constructor(dataSource: SourceDataSource, tableName: string, options: PostgresIdempotencyStoreOptions = {}) {
@@ -63,7 +65,12 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
       keyLockHolders: new Set(),
       separateClaim: new SeparateClaim(this.statements),
     };
-    this.claimAndBegin = new ClaimAndBegin(this, this.attemptParts, { name: tableName, partitioned: this.partitioned });
+    this.claimAndBegin = new ClaimAndBegin(this, this.attemptParts);
+    this.requestTransaction = new RequestTransactionBegin(
+      this.attemptParts,
+      { name: tableName, partitioned: this.partitioned },
+      () => this.claimAndBegin.businessReadCommitted(),
+    );
     this.sweptTable = { pools: this.pools, statements: this.statements, table, partitions: this.partitions };
     // Learnt now rather than on the first request's way (tried again there if this fails).
     if (dataSource.isInitialized) this.claimAndBegin.businessReadCommitted().catch(() => undefined);
@@ -79,9 +86,10 @@ export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
     return this.partitions?.status(defaultRowsLimit);
   }
 
-  /** The claim and the work's BEGIN in one round trip (see `ClaimAndBegin`). */
+  /** The claim and the work's BEGIN in one round trip (see `ClaimAndBegin`, `RequestTransactionBegin`). */
   override async begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs = 0): Promise<BeginResult<EntityManager>> {
-    return this.claimAndBegin.begin(request, mode, lockTimeoutMs);
+    if (mode === 'request-transaction') return this.requestTransaction.begin(request, lockTimeoutMs);
+    return this.claimAndBegin.begin(request);
   }
 
   /**
