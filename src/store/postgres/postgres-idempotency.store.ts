@@ -1,16 +1,16 @@
 import type { EntityManager } from 'typeorm';
 import type { SourceDataSource } from '../connection.js';
-import {
-  IdempotencyStore,
-  type BeginResult,
-  type ClaimMode,
-  type ClaimRef,
-  type ClaimRequest,
-  type ClaimResult,
-  type PhaseState,
-  type StoredResponse,
-  type SweepOptions,
-  type SweepResult,
+import { IdempotencyStore } from '../../core/idempotency-store.js';
+import type {
+  BeginResult,
+  ClaimMode,
+  ClaimRef,
+  ClaimRequest,
+  ClaimResult,
+  PhaseState,
+  StoredResponse,
+  SweepOptions,
+  SweepResult,
 } from '../../core/idempotency-store.js';
 import { quoteTableName } from '../identifiers.js';
 import { PartitionRetention, type PartitionStatus } from '../partitioned/partition-retention.js';
