@@ -28,7 +28,8 @@ export type {
   SweepSchedule,
   TenantResolver,
 } from './idempotency.options.js';
-export { PostgresIdempotencyStore, type PostgresIdempotencyStoreOptions } from './store/postgres/postgres-idempotency.store.js';
+export { PostgresIdempotencyStore } from './store/postgres/postgres-idempotency.store.js';
+export type { PostgresIdempotencyStoreOptions } from './store/postgres/postgres-store-options.js';
 export { createIdempotencyKeysMigration, CreateIdempotencyKeys1764460800000 } from './store/idempotency-keys.migration.js';
 export {
   createPartitionedIdempotencyKeysMigration,

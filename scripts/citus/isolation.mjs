@@ -9,12 +9,12 @@ const r = { tenant: 'tenant-b', key: 'rr-' + randomUUID(), fingerprint: 'fp', ow
 const a = await connect('RR owner');
 const b = await connect('RR duplicate');
 await send(a, 'owner: START TRANSACTION REPEATABLE READ, claim_in_transaction (writes the in-flight row at RR)', [
-  { text: 'START TRANSACTION ISOLATION LEVEL REPEATABLE READ' }, statements.claim(r, 'claim_in_transaction', 5000)]);
+  { text: 'START TRANSACTION ISOLATION LEVEL REPEATABLE READ' }, statements.claims.claim(r, 'claim_in_transaction', 5000)]);
 const waiting = send(b, 'duplicate: START TRANSACTION REPEATABLE READ, claim_in_transaction (waits for the key lock)', [
-  { text: 'START TRANSACTION ISOLATION LEVEL REPEATABLE READ' }, statements.claim({ ...r, ownerToken: randomUUID() }, 'claim_in_transaction', 5000), { text: 'ROLLBACK' }]);
+  { text: 'START TRANSACTION ISOLATION LEVEL REPEATABLE READ' }, statements.claims.claim({ ...r, ownerToken: randomUUID() }, 'claim_in_transaction', 5000), { text: 'ROLLBACK' }]);
 await new Promise((resolve) => setTimeout(resolve, 300));
-await send(a, 'owner completes and commits', [statements.completion(r, { status: 200, headers: [], body: Buffer.from('x') }, r.ttlMs, true), { text: 'COMMIT' }]);
+await send(a, 'owner completes and commits', [statements.claims.completion(r, { status: 200, headers: [], body: Buffer.from('x') }, r.ttlMs, true), { text: 'COMMIT' }]);
 await waiting;
 await send(b, 'the store starts again: a new RR transaction reads the stored response', [
-  { text: 'START TRANSACTION ISOLATION LEVEL REPEATABLE READ' }, statements.claim({ ...r, ownerToken: randomUUID() }, 'claim_in_transaction', 5000), { text: 'ROLLBACK' }]);
+  { text: 'START TRANSACTION ISOLATION LEVEL REPEATABLE READ' }, statements.claims.claim({ ...r, ownerToken: randomUUID() }, 'claim_in_transaction', 5000), { text: 'ROLLBACK' }]);
 await a.end(); await b.end();

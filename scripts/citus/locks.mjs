@@ -9,7 +9,7 @@ const statements = new KeyStatements('"idempotency_keys"', 'idempotency_keys', {
 const plainHold = statements.sql.holdKeyLock;
 const citusHold = citusKeyStatements('"idempotency_keys"').holdKeyLock;
 const request = (tenant, extra = {}) => ({ tenant, key: 'lock-' + randomUUID(), fingerprint: 'fp', ownerToken: randomUUID(), leaseMs: 30000, ttlMs: 86400000, ...extra });
-const claimAlone = (r) => [{ text: BEGIN_READ_COMMITTED }, statements.claim(r, 'claim', null), { text: 'COMMIT' }];
+const claimAlone = (r) => [{ text: BEGIN_READ_COMMITTED }, statements.claims.claim(r, 'claim', null), { text: 'COMMIT' }];
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const only = process.argv.slice(2);
 const want = (name) => only.length === 0 || only.includes(name);
@@ -36,15 +36,15 @@ if (want('B')) {
   const b = await connect('B separate duplicate');
   const c = await connect('B request-transaction duplicate');
   const r = request('tenant-b');
-  await send(a, 'START TRANSACTION, claim_in_transaction, SAVEPOINT', [{ text: 'START TRANSACTION' }, statements.claim(r, 'claim_in_transaction', 5000), { text: `SAVEPOINT ${WORK_SAVEPOINT}` }]);
+  await send(a, 'START TRANSACTION, claim_in_transaction, SAVEPOINT', [{ text: 'START TRANSACTION' }, statements.claims.claim(r, 'claim_in_transaction', 5000), { text: `SAVEPOINT ${WORK_SAVEPOINT}` }]);
   await send(b, 'separate claim of the same key: in_flight (the worker holds the key lock)', claimAlone({ ...r, ownerToken: randomUUID() }));
   const started = Date.now();
-  await send(c, 'request-transaction claim, wait 300 ms: in_flight after the wait', [{ text: 'START TRANSACTION' }, statements.claim({ ...r, ownerToken: randomUUID() }, 'claim_in_transaction', 300), { text: 'ROLLBACK' }]);
+  await send(c, 'request-transaction claim, wait 300 ms: in_flight after the wait', [{ text: 'START TRANSACTION' }, statements.claims.claim({ ...r, ownerToken: randomUUID() }, 'claim_in_transaction', 300), { text: 'ROLLBACK' }]);
   console.log(`      waited ${Date.now() - started} ms`);
   const locks = await connect('B pg_locks');
   await send(locks, 'advisory locks per node while the owner holds the key', [{ text: `SELECT (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory') AS coordinator,
       (SELECT array_agg(nodeport || ':' || result ORDER BY nodeport) FROM run_command_on_workers($$SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'$$)) AS workers` }]);
-  await send(a, 'owner completes and commits', [statements.completion(r, { status: 200, headers: [], body: Buffer.from('ok') }, r.ttlMs, true), { text: 'COMMIT' }]);
+  await send(a, 'owner completes and commits', [statements.claims.completion(r, { status: 200, headers: [], body: Buffer.from('ok') }, r.ttlMs, true), { text: 'COMMIT' }]);
   await send(b, 'separate claim again: the stored response', claimAlone({ ...r, ownerToken: randomUUID() }));
   for (const x of [a, b, c, locks]) await x.end();
 }
@@ -55,7 +55,7 @@ if (want('C')) {
   const a = await connect('C owner via the coordinator');
   const w = await connect('C duplicate via worker 9701', 'postgres://postgres@127.0.0.1:9701/postgres');
   const r = request('tenant-b');
-  await send(a, 'START TRANSACTION, claim_in_transaction', [{ text: 'START TRANSACTION' }, statements.claim(r, 'claim_in_transaction', 5000)]);
+  await send(a, 'START TRANSACTION, claim_in_transaction', [{ text: 'START TRANSACTION' }, statements.claims.claim(r, 'claim_in_transaction', 5000)]);
   await send(w, 'separate claim through worker 9701: delegated to 9702, in_flight', claimAlone({ ...r, ownerToken: randomUUID() }));
   await send(a, 'owner rolls back', [{ text: 'ROLLBACK' }]);
   await send(w, 'separate claim through worker 9701 again: claimed', claimAlone({ ...r, ownerToken: randomUUID() }));

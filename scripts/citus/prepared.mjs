@@ -9,6 +9,6 @@ const c = await connect('prepared');
 for (let i = 1; i <= 8; i++) {
   const tenant = i % 2 ? 'tenant-a' : 'tenant-b';
   const r = { tenant, key: 'prep-' + randomUUID(), fingerprint: 'fp', ownerToken: randomUUID(), leaseMs: 30000, ttlMs: 86400000 };
-  await send(c, `execution ${i} (${tenant}) of ${statements.claim(r, 'claim', null).name}`, [{ text: BEGIN_READ_COMMITTED }, statements.claim(r, 'claim', null), { text: 'COMMIT' }]);
+  await send(c, `execution ${i} (${tenant}) of ${statements.claims.claim(r, 'claim', null).name}`, [{ text: BEGIN_READ_COMMITTED }, statements.claims.claim(r, 'claim', null), { text: 'COMMIT' }]);
 }
 await c.end();

@@ -69,20 +69,20 @@ const scenarios = {
     const c = await connect('separate');
     const r = request('tenant-a', 'sep-' + randomUUID());
     await send(c, 'claim and BEGIN (one round trip)', [
-      { text: BEGIN_READ_COMMITTED }, statements.claim(r, 'claim', null), { text: 'COMMIT' }, { text: 'START TRANSACTION' },
+      { text: BEGIN_READ_COMMITTED }, statements.claims.claim(r, 'claim', null), { text: 'COMMIT' }, { text: 'START TRANSACTION' },
     ]);
     await send(c, 'the handler writes', [insertCharge(r.tenant)]);
-    await send(c, 'completion and COMMIT (one round trip)', [statements.completion(r, response, r.ttlMs, false), { text: 'COMMIT' }]);
+    await send(c, 'completion and COMMIT (one round trip)', [statements.claims.completion(r, response, r.ttlMs, false), { text: 'COMMIT' }]);
     await send(c, 'replay', [
-      { text: BEGIN_READ_COMMITTED }, statements.claim({ ...r, ownerToken: randomUUID() }, 'claim', null), { text: 'COMMIT' }, { text: 'START TRANSACTION' },
+      { text: BEGIN_READ_COMMITTED }, statements.claims.claim({ ...r, ownerToken: randomUUID() }, 'claim', null), { text: 'COMMIT' }, { text: 'START TRANSACTION' },
     ]);
     await send(c, '(rollback of the empty transaction)', [{ text: 'ROLLBACK' }]);
     await send(c, 'mismatch', [
-      { text: BEGIN_READ_COMMITTED }, statements.claim({ ...r, fingerprint: 'other', ownerToken: randomUUID() }, 'claim', null), { text: 'COMMIT' },
+      { text: BEGIN_READ_COMMITTED }, statements.claims.claim({ ...r, fingerprint: 'other', ownerToken: randomUUID() }, 'claim', null), { text: 'COMMIT' },
     ]);
     const r2 = request('tenant-a', 'sep-' + randomUUID());
-    await send(c, 'claim of another key (claim pool: claimAlone)', [{ text: BEGIN_READ_COMMITTED }, statements.claim(r2, 'claim', null), { text: 'COMMIT' }]);
-    await send(c, 'duplicate while in flight (409)', [{ text: BEGIN_READ_COMMITTED }, statements.claim({ ...r2, ownerToken: randomUUID() }, 'claim', null), { text: 'COMMIT' }]);
+    await send(c, 'claim of another key (claim pool: claimAlone)', [{ text: BEGIN_READ_COMMITTED }, statements.claims.claim(r2, 'claim', null), { text: 'COMMIT' }]);
+    await send(c, 'duplicate while in flight (409)', [{ text: BEGIN_READ_COMMITTED }, statements.claims.claim({ ...r2, ownerToken: randomUUID() }, 'claim', null), { text: 'COMMIT' }]);
     await c.end();
   },
   // claim mode request-transaction (claim-and-begin.ts): START TRANSACTION, claim_in_transaction, SAVEPOINT
@@ -90,22 +90,22 @@ const scenarios = {
     const c = await connect('request-transaction');
     const r = request('tenant-b', 'rt-' + randomUUID());
     await send(c, 'START TRANSACTION, claim, SAVEPOINT', [
-      { text: 'START TRANSACTION' }, statements.claim(r, 'claim_in_transaction', 5000), { text: `SAVEPOINT ${WORK_SAVEPOINT}` },
+      { text: 'START TRANSACTION' }, statements.claims.claim(r, 'claim_in_transaction', 5000), { text: `SAVEPOINT ${WORK_SAVEPOINT}` },
     ]);
     await send(c, 'the handler writes', [insertCharge(r.tenant)]);
     await send(c, 'ROLLBACK TO SAVEPOINT (a failure that keeps the claim)', [{ text: `ROLLBACK TO SAVEPOINT ${WORK_SAVEPOINT}` }]);
     await send(c, 'the handler writes again', [insertCharge(r.tenant)]);
-    await send(c, 'completion and COMMIT', [statements.completion(r, response, r.ttlMs, true), { text: 'COMMIT' }]);
-    await send(c, 'replay', [{ text: 'START TRANSACTION' }, statements.claim({ ...r, ownerToken: randomUUID() }, 'claim_in_transaction', 5000), { text: `SAVEPOINT ${WORK_SAVEPOINT}` }]);
+    await send(c, 'completion and COMMIT', [statements.claims.completion(r, response, r.ttlMs, true), { text: 'COMMIT' }]);
+    await send(c, 'replay', [{ text: 'START TRANSACTION' }, statements.claims.claim({ ...r, ownerToken: randomUUID() }, 'claim_in_transaction', 5000), { text: `SAVEPOINT ${WORK_SAVEPOINT}` }]);
     await send(c, '(rollback)', [{ text: 'ROLLBACK' }]);
     const t = request('tenant-b', 'rt-' + randomUUID(), { leaseMs: 1 });
-    await send(c, 'a separate claim whose lease lapses', [{ text: BEGIN_READ_COMMITTED }, statements.claim(t, 'claim', null), { text: 'COMMIT' }]);
+    await send(c, 'a separate claim whose lease lapses', [{ text: BEGIN_READ_COMMITTED }, statements.claims.claim(t, 'claim', null), { text: 'COMMIT' }]);
     await new Promise((resolve) => setTimeout(resolve, 20));
     const t2 = { ...t, ownerToken: randomUUID(), leaseMs: 30000 };
     await send(c, 'request-transaction takeover (claim_in_transaction calls claim on the worker)', [
-      { text: 'START TRANSACTION' }, statements.claim(t2, 'claim_in_transaction', 5000), { text: `SAVEPOINT ${WORK_SAVEPOINT}` }]);
+      { text: 'START TRANSACTION' }, statements.claims.claim(t2, 'claim_in_transaction', 5000), { text: `SAVEPOINT ${WORK_SAVEPOINT}` }]);
     await send(c, 'its completion (complete_in_transaction completes its own in-flight row) and COMMIT', [
-      insertCharge(t2.tenant), statements.completion(t2, response, t2.ttlMs, true), { text: 'COMMIT' }]);
+      insertCharge(t2.tenant), statements.claims.completion(t2, response, t2.ttlMs, true), { text: 'COMMIT' }]);
     await send(c, 'the key', [{ text: 'SELECT status, attempt, owner_token = $3::uuid AS mine FROM idempotency_keys WHERE tenant_id = $1 AND key = $2', values: [t2.tenant, t2.key, t2.ownerToken] }]);
     await c.end();
   },
@@ -113,7 +113,7 @@ const scenarios = {
   async keyWrites() {
     const c = await connect('key writes');
     const r = request('tenant-c', 'kw-' + randomUUID());
-    await send(c, 'claim', [{ text: BEGIN_READ_COMMITTED }, statements.claim(r, 'claim', null), { text: 'COMMIT' }]);
+    await send(c, 'claim', [{ text: BEGIN_READ_COMMITTED }, statements.claims.claim(r, 'claim', null), { text: 'COMMIT' }]);
     const w = (text, values) => [{ text: BEGIN_READ_COMMITTED }, { text, values }, { text: 'COMMIT' }];
     await send(c, 'renewLease', w(sql.renewLease, [r.tenant, r.key, r.ownerToken, 30000]));
     await send(c, 'recordPhase (outside a transaction)', w(sql.recordPhase, [r.tenant, r.key, r.ownerToken, 'p1', '{}', 30000]));
@@ -123,12 +123,12 @@ const scenarios = {
     await send(c, 'endLease (board)', w(sql.endLease, [r.tenant, r.ownerToken]));
     await send(c, 'holdKeyLock (REPEATABLE READ work)', [{ text: 'START TRANSACTION' }, { text: sql.holdKeyLock, values: [r.tenant, r.key] }, { text: 'ROLLBACK' }]);
     const r3 = request('tenant-c', 'kw-' + randomUUID());
-    await send(c, 'claim, then a takeover after the lease (attempt 2)', [{ text: BEGIN_READ_COMMITTED }, statements.claim({ ...r3, leaseMs: 1 }, 'claim', null), { text: 'COMMIT' }]);
+    await send(c, 'claim, then a takeover after the lease (attempt 2)', [{ text: BEGIN_READ_COMMITTED }, statements.claims.claim({ ...r3, leaseMs: 1 }, 'claim', null), { text: 'COMMIT' }]);
     await new Promise((resolve) => setTimeout(resolve, 20));
     const r3b = { ...r3, ownerToken: randomUUID() };
-    await send(c, 'takeover', [{ text: BEGIN_READ_COMMITTED }, statements.claim(r3b, 'claim', null), { text: 'COMMIT' }]);
+    await send(c, 'takeover', [{ text: BEGIN_READ_COMMITTED }, statements.claims.claim(r3b, 'claim', null), { text: 'COMMIT' }]);
     await send(c, 'recordPhase of the takeover', w(sql.recordPhase, [r3b.tenant, r3b.key, r3b.ownerToken, 'p1', '{"p1":1}', 30000]));
-    await send(c, 'the first owner completes: fenced (NI409)', [{ text: 'START TRANSACTION' }, statements.completion(r3, response, r3.ttlMs, false), { text: 'COMMIT' }]);
+    await send(c, 'the first owner completes: fenced (NI409)', [{ text: 'START TRANSACTION' }, statements.claims.completion(r3, response, r3.ttlMs, false), { text: 'COMMIT' }]);
     await send(c, 'release of the takeover (history kept: lease ended, new token)', w(sql.release, [r3b.tenant, r3b.key, r3b.ownerToken]));
     await send(c, 'the key after the release', [{ text: 'SELECT attempt, recovery_point, lease_expires_at <= now() AS lease_ended, owner_token = $3::uuid AS same_token FROM idempotency_keys WHERE tenant_id = $1 AND key = $2', values: [r3b.tenant, r3b.key, r3b.ownerToken] }]);
     await c.end();
@@ -149,7 +149,7 @@ const scenarios = {
     // reaches the workers (SET LOCAL is sent to them only with citus.propagate_set_commands = 'local').
     const holder = await connect('sweep: a takeover holds an expired row');
     const t = request('tenant-b', 'sw-' + randomUUID(), { leaseMs: 1, ttlMs: 1 });
-    await send(holder, 'claim (lease and TTL 1 ms)', [{ text: BEGIN_READ_COMMITTED }, statements.claim(t, 'claim', null), { text: 'COMMIT' }]);
+    await send(holder, 'claim (lease and TTL 1 ms)', [{ text: BEGIN_READ_COMMITTED }, statements.claims.claim(t, 'claim', null), { text: 'COMMIT' }]);
     await new Promise((resolve) => setTimeout(resolve, 20));
     await send(holder, 'a transaction locks the expired row (as a takeover in request-transaction mode would)', [{ text: 'BEGIN' },
       { text: 'SELECT 1 FROM idempotency_keys WHERE tenant_id = $1 AND key = $2 FOR UPDATE', values: [t.tenant, t.key] }]);

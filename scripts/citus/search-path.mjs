@@ -22,7 +22,7 @@ for (const s of createTableStatements('idempotency_keys')) await client.query(s)
 for (const s of distributeIdempotencyTablesStatements({ colocateWith: 'charges' })) await client.query(s);
 const statements = new KeyStatements('"idempotency_keys"', 'idempotency_keys', { preparedStatements: false, partitioned: false });
 const r = { tenant: 'tenant-b', key: 'sp-' + randomUUID(), fingerprint: 'fp', ownerToken: randomUUID(), leaseMs: 30000, ttlMs: 86400000 };
-const results = await pipelined(client, [{ text: BEGIN_READ_COMMITTED }, statements.claim(r, 'claim', null), { text: 'COMMIT' }]);
+const results = await pipelined(client, [{ text: BEGIN_READ_COMMITTED }, statements.claims.claim(r, 'claim', null), { text: 'COMMIT' }]);
 console.log('claim through a connection with search_path', schema, '->', results[1].ok ? results[1].rows[0].state : `${results[1].error.code} ${results[1].error.message}`);
 const where = await admin.query(`SELECT (SELECT count(*) FROM ${schema}.idempotency_keys WHERE key = $1) AS in_schema,
   (SELECT count(*) FROM public.idempotency_keys WHERE key = $1) AS in_public`, [r.key]);

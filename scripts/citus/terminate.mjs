@@ -10,7 +10,7 @@ for (const [label, hang] of [['idle in transaction', null], ['inside SELECT pg_s
   const a = await connect(`hung: ${label}`);
   const b = await connect('observer');
   const r = { tenant: 'tenant-b', key: 'term-' + randomUUID(), fingerprint: 'fp', ownerToken: randomUUID(), leaseMs: 30000, ttlMs: 86400000 };
-  await send(a, 'START TRANSACTION, claim_in_transaction', [{ text: 'START TRANSACTION' }, statements.claim(r, 'claim_in_transaction', 5000)]);
+  await send(a, 'START TRANSACTION, claim_in_transaction', [{ text: 'START TRANSACTION' }, statements.claims.claim(r, 'claim_in_transaction', 5000)]);
   const pid = a.processID;
   if (hang) a.query(hang).catch((e) => console.log(`      hung statement ended: ${e.code ?? ''} ${e.message}`));
   a.on('error', () => {});

@@ -16,13 +16,13 @@ const report = (results) => results.filter((r) => !r.ok).forEach((r) => console.
 const a = await connect('mid-request');
 const r = request('tenant-b');
 await send(a, 'tenant-b (9702): request-transaction claim and the handler\'s insert', [
-  { text: 'START TRANSACTION' }, statements.claim(r, 'claim_in_transaction', 5000), { text: 'INSERT INTO charges (tenant_id, amount) VALUES ($1, 1)', values: [r.tenant] }]);
+  { text: 'START TRANSACTION' }, statements.claims.claim(r, 'claim_in_transaction', 5000), { text: 'INSERT INTO charges (tenant_id, amount) VALUES ($1, 1)', values: [r.tenant] }]);
 console.log(`   (worker 9702 stopped: ${pgctl('-m immediate stop')})`);
-report(await send(a, 'completion and COMMIT while 9702 is down', [statements.completion(r, { status: 200, headers: [], body: null }, r.ttlMs, true), { text: 'COMMIT' }]));
+report(await send(a, 'completion and COMMIT while 9702 is down', [statements.claims.completion(r, { status: 200, headers: [], body: null }, r.ttlMs, true), { text: 'COMMIT' }]));
 const b = await connect('while down');
-report(await send(b, 'a claim of tenant-b (9702 down)', [{ text: BEGIN_READ_COMMITTED }, statements.claim(request('tenant-b'), 'claim', null), { text: 'COMMIT' }]));
-report(await send(b, 'a claim of tenant-a (9701 up)', [{ text: BEGIN_READ_COMMITTED }, statements.claim(request('tenant-a'), 'claim', null), { text: 'COMMIT' }]));
+report(await send(b, 'a claim of tenant-b (9702 down)', [{ text: BEGIN_READ_COMMITTED }, statements.claims.claim(request('tenant-b'), 'claim', null), { text: 'COMMIT' }]));
+report(await send(b, 'a claim of tenant-a (9701 up)', [{ text: BEGIN_READ_COMMITTED }, statements.claims.claim(request('tenant-a'), 'claim', null), { text: 'COMMIT' }]));
 console.log(`   (worker 9702 started: ${pgctl(`-l ${dir}/w2.log -w start`).split('\n').pop()})`);
-report(await send(b, 'the same connection, a claim of tenant-b after the restart', [{ text: BEGIN_READ_COMMITTED }, statements.claim(request('tenant-b'), 'claim', null), { text: 'COMMIT' }]));
+report(await send(b, 'the same connection, a claim of tenant-b after the restart', [{ text: BEGIN_READ_COMMITTED }, statements.claims.claim(request('tenant-b'), 'claim', null), { text: 'COMMIT' }]));
 report(await send(b, 'the key of the request that was mid-flight', [{ text: 'SELECT count(*) AS rows FROM idempotency_keys WHERE tenant_id = $1 AND key = $2', values: [r.tenant, r.key] }]));
 await a.end().catch(() => {}); await b.end();

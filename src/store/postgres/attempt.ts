@@ -53,7 +53,7 @@ export function openAttempt(
             client,
             [
               ...(begin ? [begin] : []),
-              statements.completion(request, response, ttlMs, writesRow),
+              statements.claims.completion(request, response, ttlMs, writesRow),
               ...(failed ?? [{ text: 'COMMIT' }]),
             ],
             pools.main,

@@ -27,9 +27,3 @@ export async function claimFailed(
   await runner.release();
   throw claimed.ok ? (committed as { error: unknown }).error : claimed.error;
 }
-
-/** On a client other than node-postgres's JavaScript one, the BEGIN cannot be deferred: sent and awaited now. */
-export async function startAtOnce(runner: SourceQueryRunner): Promise<undefined> {
-  await runner.startTransaction();
-  return undefined;
-}

@@ -19,7 +19,7 @@ import { isUnavailableError } from './unavailable.js';
 export async function beginHoldingKeyLock(begin: SeparateBegin, request: ClaimRequest): Promise<BeginResult<EntityManager>> {
   const { pools, statements, routing } = begin.parts;
   const runner = pools.main.createQueryRunner();
-  const claimStatement = statements.claim(request, 'claim', null);
+  const claimStatement = statements.claims.claim(request, 'claim', null);
   let results: PipelinedResult[] = [];
   try {
     await withTransactionStatementReplaced(runner, 'START TRANSACTION', async (client, startTransaction) => {

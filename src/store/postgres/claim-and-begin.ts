@@ -1,14 +1,14 @@
 import type { EntityManager } from 'typeorm';
 import type { SourceQueryRunner } from '../connection.js';
-import { IdempotencyStore, type BeginResult, type ClaimMode, type ClaimRequest } from '../../core/idempotency-store.js';
+import type { BeginResult, ClaimRequest } from '../../core/idempotency-store.js';
 import { openAttempt } from './attempt.js';
 import type { AttemptParts, KeyCalls } from './attempt-parts.js';
-import { claimFailed, giveBackClaim, startAtOnce } from './begin-failed.js';
+import { claimFailed, giveBackClaim } from './begin-failed.js';
+import { startAtOnce } from './deferred-begin-alone.js';
 import type { PipelinedResult } from './pipeline-types.js';
 import { DeferredBegin } from './deferred-begin.js';
 import type { PgClient } from './pools.js';
 import { queryClassOf } from './node-postgres-query.js';
-import { RequestTransactionBegin } from './request-transaction.js';
 import { beginAfterClaimPool } from './begin-after-claim-pool.js';
 import { readsCommitted } from './business-isolation.js';
 import { beginHoldingKeyLock } from './begin-holding-key-lock.js';
@@ -17,39 +17,19 @@ import type { ClaimRow } from './claim-row.js';
 import { withTransactionStatementReplaced } from './typeorm-transaction-hook.js';
 import { isUnavailableError } from './unavailable.js';
 
-/** `PostgresIdempotencyStore`'s `begin` (see `ClaimAndBegin`), here with the rest of a new key's path. */
-export abstract class BeginningStore extends IdempotencyStore<EntityManager> {
-  protected abstract readonly claimAndBegin: ClaimAndBegin;
-
-  override async begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs = 0): Promise<BeginResult<EntityManager>> {
-    return this.claimAndBegin.begin(request, mode, lockTimeoutMs);
-  }
-}
-
 /**
- * The store's `begin`: the claim and the work's BEGIN in one round trip, on the connection the work then uses.
- *
- * - `separate`: the claim commits on its own, durably, at READ COMMITTED (a concurrent claim's commit is read, never
- *   a serialization failure): the work may use its generation before its COMMIT, and a retry after a crash must
- *   find it. The work's BEGIN goes out with its first statement.
- * - `request-transaction`: `START TRANSACTION`, the claim, `SAVEPOINT`, so a failure's response can be stored under
- *   the key's lock; the app's isolation level stands.
+ * The store's `begin` in claim mode `separate` (`request-transaction`: `RequestTransactionBegin`): the claim and the
+ * work's BEGIN in one round trip, on the connection the work then uses. The claim commits on its own, durably, at READ
+ * COMMITTED (a concurrent claim's commit is read, never a serialization failure): the work may use its generation
+ * before its COMMIT, and a retry after a crash must find it. The work's BEGIN goes out with its first statement.
  */
 export class ClaimAndBegin {
   private readCommitted?: Promise<boolean>;
-  private readonly requestTransaction: RequestTransactionBegin;
 
   constructor(
     readonly store: KeyCalls,
     readonly parts: AttemptParts,
-    table: { name: string; partitioned: boolean },
-  ) {
-    this.requestTransaction = new RequestTransactionBegin(parts, table, () => this.businessReadCommitted());
-  }
-
-  begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs: number): Promise<BeginResult<EntityManager>> {
-    return mode === 'request-transaction' ? this.requestTransaction.begin(request, lockTimeoutMs) : this.beginOnce(request);
-  }
+  ) {}
 
   /** Whether the work's transactions run at READ COMMITTED (see `readsCommitted`), read once. */
   businessReadCommitted(): Promise<boolean> {
@@ -61,7 +41,7 @@ export class ClaimAndBegin {
   }
 
   /** A separate claim: see `beginSeparate` (READ COMMITTED work), else `beginHoldingKeyLock`. */
-  private async beginOnce(request: ClaimRequest): Promise<BeginResult<EntityManager>> {
+  async begin(request: ClaimRequest): Promise<BeginResult<EntityManager>> {
     if (await this.businessReadCommitted()) return this.beginSeparate(request);
     return this.parts.routing.claimPoolFirst() ? beginAfterClaimPool(this, request) : beginHoldingKeyLock(this, request);
   }

@@ -1,6 +1,5 @@
-import type { ClaimRequest, ClaimResult, StoredResponse } from '../../core/idempotency-store.js';
+import type { ClaimResult } from '../../core/idempotency-store.js';
 import type { ClaimRow } from './claim-row.js';
-import type { PipelinedStatement } from './pipeline-types.js';
 
 /** A claim function's row that claimed nothing (see `claimResult`), as the engine reads it. */
 export function claimAnswered(row: ClaimRow | undefined): ClaimResult {
@@ -19,26 +18,4 @@ export function claimAnswered(row: ClaimRow | undefined): ClaimResult {
     default:
       return { state: 'in-flight', retryAfterSeconds: 1 };
   }
-}
-
-/** The completion of a request-transaction claim that wrote no row (`claim_in_transaction`): it writes it. */
-export function completeInTransaction(
-  text: string,
-  request: ClaimRequest,
-  response: StoredResponse,
-  ttlMs: number,
-): PipelinedStatement {
-  return {
-    text,
-    values: [
-      request.tenant,
-      request.key,
-      request.fingerprint,
-      request.ownerToken,
-      response.status,
-      JSON.stringify(response.headers),
-      response.body,
-      ttlMs,
-    ],
-  };
 }

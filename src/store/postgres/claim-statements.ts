@@ -1,23 +1,21 @@
 import type { ClaimRequest, ClaimResult, StoredResponse } from '../../core/idempotency-store.js';
-import { claimAnswered, completeInTransaction } from './claim-answered.js';
+import { claimAnswered } from './claim-answered.js';
+import { completeInTransaction } from './complete-in-transaction.js';
 import { statementName } from './prepared-statement-name.js';
-import type { keyStoreStatements } from '../key-store.sql.js';
-import type { keyUpkeepStatements } from '../key-upkeep.sql.js';
 import type { ClaimFunction, ClaimRow } from './claim-row.js';
 import type { PipelinedStatement } from './pipeline-types.js';
+import type { KeyStatements } from './statements.js';
 
 /**
- * The claim and completion calls on one key table, every value a parameter (the rest, and the constructor:
- * `KeyStatements`). With `preparedStatements` they get a name; that is all the option changes.
+ * The claim and completion calls on one key table (`KeyStatements.claims`), every value a parameter. With
+ * `preparedStatements` they get a name; that is all the option changes.
  */
-export abstract class ClaimStatements {
-  /** The statements' texts (see key-store.sql.ts and key-upkeep.sql.ts). */
-  abstract readonly sql: {
-    readonly [K in keyof ReturnType<typeof keyStoreStatements> | keyof ReturnType<typeof keyUpkeepStatements>]: string;
-  };
-
-  protected abstract readonly table: string;
-  protected abstract readonly options: { preparedStatements: boolean; partitioned: boolean; citus?: boolean };
+export class ClaimStatements {
+  constructor(
+    private readonly sql: KeyStatements['sql'],
+    private readonly table: string,
+    private readonly options: { preparedStatements: boolean },
+  ) {}
 
   /** The call of a claim function. */
   claim(request: ClaimRequest, name: ClaimFunction, lockTimeoutMs: number | null): PipelinedStatement {

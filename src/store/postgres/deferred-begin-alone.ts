@@ -1,3 +1,4 @@
+import type { SourceQueryRunner } from '../connection.js';
 import { queryOf } from './node-postgres-query.js';
 import type { PgConnection, PgQuery, QueryClass } from './node-postgres-types.js';
 
@@ -54,4 +55,10 @@ function holdBack(begin: BeginOnItsWay, query: PgQuery): void {
     if (!begin.opened) return begin.failure ?? new Error('The transaction of the work has not opened.');
     return submit.call(query, connection);
   };
+}
+
+/** On a client other than node-postgres's JavaScript one, the BEGIN cannot be deferred: sent and awaited now. */
+export async function startAtOnce(runner: SourceQueryRunner): Promise<undefined> {
+  await runner.startTransaction();
+  return undefined;
 }

@@ -1,6 +1,9 @@
 import type { EntityManager } from 'typeorm';
 import type { SourceDataSource } from '../connection.js';
+import { IdempotencyStore } from '../../core/idempotency-store.js';
 import type {
+  BeginResult,
+  ClaimMode,
   ClaimRef,
   ClaimRequest,
   ClaimResult,
@@ -12,43 +15,18 @@ import type {
 import { quoteTableName } from '../identifiers.js';
 import { PartitionRetention, type PartitionStatus } from '../partitioned/partition-retention.js';
 import type { AttemptParts } from './attempt-parts.js';
-import { BeginningStore, ClaimAndBegin } from './claim-and-begin.js';
+import { ClaimAndBegin } from './claim-and-begin.js';
+import { RequestTransactionBegin } from './request-transaction.js';
 import { AnsweredShareRouting } from './claim-routing-answered.js';
 import { SeparateClaim } from './separate-claim.js';
-import { answerOf, lendConnection, Pools } from './pools.js';
-import { claimResult } from './claim-statements.js';
-import type { ClaimRow } from './claim-row.js';
-import { isFenceLost, KeyStatements } from './statements.js';
+import { Pools } from './pools.js';
+import { claim, complete } from './claim-and-complete.js';
+import type { PostgresIdempotencyStoreOptions } from './postgres-store-options.js';
+import { KeyStatements } from './statements.js';
 import { countExpiredKeys, sweepExpiredKeys, type SweptTable } from './sweep.js';
 import { isUnavailableError } from './unavailable.js';
 import { endLease, recordPhase, release, renewLease } from './key-upkeep.js';
 import { storeTransaction } from './store-transaction.js';
-
-/** Options of `PostgresIdempotencyStore`. */
-export interface PostgresIdempotencyStoreOptions {
-  /**
-   * Run the claim and the completion as named prepared statements. Their
-   * plans are cached per connection by the functions they call anyway; this
-   * also saves the parse of the short call. Only on direct connections, or
-   * PgBouncer 1.21+ with `max_prepared_statements`. Default false.
-   */
-  preparedStatements?: boolean;
-  /**
-   * Where claims, replays, 409/422 answers, releases and lease renewals run:
-   * a data source with a small pool of its own, so they never queue behind
-   * business transactions holding the main pool. Default: the main data source.
-   */
-  claimDataSource?: SourceDataSource;
-  /**
-   * The key table is the partitioned one (`createPartitionedIdempotencyKeysMigration`):
-   * `sweep` then keeps partitions made ahead and retires whole partitions
-   * instead of deleting rows. The claim and completion calls are the same
-   * (the table's functions differ). Default false.
-   */
-  partitioned?: boolean;
-  /** The key table is distributed on Citus by `distributeIdempotencyTables` (see the module option `citus`). Default false. */
-  citus?: boolean;
-}
 
 /**
  * The key store on PostgreSQL through a TypeORM `DataSource`. Every statement
@@ -56,7 +34,7 @@ export interface PostgresIdempotencyStoreOptions {
  * PgBouncer in transaction pooling (no named prepared statements unless asked
  * for, no session state). All time comparisons use the database clock.
  */
-export class PostgresIdempotencyStore extends BeginningStore {
+export class PostgresIdempotencyStore extends IdempotencyStore<EntityManager> {
   /** The key table, possibly schema-qualified, as given (unquoted). */
   readonly tableName: string;
   private readonly statements: KeyStatements;
@@ -64,7 +42,8 @@ export class PostgresIdempotencyStore extends BeginningStore {
   /** Retention by partitions, for the partitioned table; undefined for the plain one. */
   private readonly partitions?: PartitionRetention;
   private readonly attemptParts: AttemptParts;
-  protected readonly claimAndBegin: ClaimAndBegin;
+  private readonly claimAndBegin: ClaimAndBegin;
+  private readonly requestTransaction: RequestTransactionBegin;
   private readonly sweptTable: SweptTable;
 
   constructor(dataSource: SourceDataSource, tableName: string, options: PostgresIdempotencyStoreOptions = {}) {
@@ -86,7 +65,12 @@ export class PostgresIdempotencyStore extends BeginningStore {
       keyLockHolders: new Set(),
       separateClaim: new SeparateClaim(this.statements),
     };
-    this.claimAndBegin = new ClaimAndBegin(this, this.attemptParts, { name: tableName, partitioned: this.partitioned });
+    this.claimAndBegin = new ClaimAndBegin(this, this.attemptParts);
+    this.requestTransaction = new RequestTransactionBegin(
+      this.attemptParts,
+      { name: tableName, partitioned: this.partitioned },
+      () => this.claimAndBegin.businessReadCommitted(),
+    );
     this.sweptTable = { pools: this.pools, statements: this.statements, table, partitions: this.partitions };
     // Learnt now rather than on the first request's way (tried again there if this fails).
     if (dataSource.isInitialized) this.claimAndBegin.businessReadCommitted().catch(() => undefined);
@@ -102,6 +86,12 @@ export class PostgresIdempotencyStore extends BeginningStore {
     return this.partitions?.status(defaultRowsLimit);
   }
 
+  /** The claim and the work's BEGIN in one round trip (see `ClaimAndBegin`, `RequestTransactionBegin`). */
+  override async begin(request: ClaimRequest, mode: ClaimMode, lockTimeoutMs = 0): Promise<BeginResult<EntityManager>> {
+    if (mode === 'request-transaction') return this.requestTransaction.begin(request, lockTimeoutMs);
+    return this.claimAndBegin.begin(request);
+  }
+
   /**
    * @param tx claim inside this transaction (request-transaction mode) instead
    *   of committing on its own; a concurrent claim of the same key then waits
@@ -111,29 +101,7 @@ export class PostgresIdempotencyStore extends BeginningStore {
    *   `begin` starts such a transaction again instead.)
    */
   async claim(request: ClaimRequest, tx?: EntityManager, lockTimeoutMs?: number): Promise<ClaimResult> {
-    if (!tx) return claimResult((await this.claimAlone(request))[0], request);
-    const statement = this.statements.claim(request, this.statements.inTransactionClaim, lockTimeoutMs ?? 0);
-    const { rows } = await this.pools.run(statement, { tx });
-    return claimResult(rows[0] as ClaimRow | undefined, request);
-  }
-
-  /** A claim committed on its own, on the claim pool, in one round trip (see `SeparateClaim`). */
-  private async claimAlone(request: ClaimRequest): Promise<ClaimRow[]> {
-    const { claimPool } = this.pools;
-    const [client, release] = await lendConnection(claimPool);
-    let failure: unknown;
-    try {
-      const { claimed, committed } = await this.attemptParts.separateClaim.send(client, request, claimPool);
-      const { rows } = answerOf(claimed);
-      answerOf(committed);
-      return rows as ClaimRow[];
-    } catch (error) {
-      failure = error;
-      throw error;
-    } finally {
-      // A failed claim's COMMIT answered ROLLBACK: the connection is idle again, unless it died.
-      release(failure !== undefined && isUnavailableError(failure) ? failure : undefined);
-    }
+    return claim(this.attemptParts, request, tx, lockTimeoutMs);
   }
 
   override async renewLease(ref: ClaimRef, leaseMs: number): Promise<boolean> {
@@ -146,13 +114,7 @@ export class PostgresIdempotencyStore extends BeginningStore {
   }
 
   async complete(ref: ClaimRef, response: StoredResponse, ttlMs: number, tx?: EntityManager): Promise<boolean> {
-    try {
-      const { rows } = await this.pools.run(this.statements.complete(ref, response, ttlMs), tx ? { tx } : { write: true });
-      return (rows as Array<{ completed: boolean }>)[0]?.completed === true;
-    } catch (error) {
-      if (isFenceLost(error)) return false;
-      throw error;
-    }
+    return complete(this.attemptParts, ref, response, ttlMs, tx);
   }
 
   async recordPhase(ref: ClaimRef, phases: PhaseState, leaseMs: number, tx?: EntityManager): Promise<boolean> {

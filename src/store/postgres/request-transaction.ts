@@ -104,7 +104,11 @@ export class RequestTransactionBegin {
     let results: PipelinedResult[] = [];
     try {
       await withTransactionStatementReplaced(runner, 'START TRANSACTION', async (client, startTransaction) => {
-        const sent = [{ text: startTransaction }, statements.claim(request, claimFunction, lockTimeoutMs), ...keeper.afterClaim];
+        const sent = [
+          { text: startTransaction },
+          statements.claims.claim(request, claimFunction, lockTimeoutMs),
+          ...keeper.afterClaim,
+        ];
         results = await exchange(client, sent, pools.main, runner);
         // The connection is gone: whatever else answered, nothing can go on on it.
         const lost = results.find((result) => !result.ok && isUnavailableError(result.error));

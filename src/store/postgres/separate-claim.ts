@@ -29,7 +29,7 @@ export class SeparateClaim {
     source: SourceDataSource,
     runner?: SourceQueryRunner,
   ): Promise<{ claimed: PipelinedResult; committed: PipelinedResult }> {
-    const claim = this.statements.claim(request, 'claim', null);
+    const claim = this.statements.claims.claim(request, 'claim', null);
     if (this.alwaysInTransaction) return claimInTransaction(client, claim, source, runner);
     const [claimed] = await exchange(client, [claim], source, runner);
     if (!claimed.ok || (claimed.rows[0] as ClaimRow | undefined)?.state !== READ_COMMITTED_NEEDED) {

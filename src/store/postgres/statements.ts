@@ -20,21 +20,25 @@ export const WORK_SAVEPOINT = 'nest_idempotency_work';
 /** SQLSTATE of a serialization failure (REPEATABLE READ, SERIALIZABLE): a row changed after the snapshot. */
 export const SERIALIZATION_FAILURE = '40001';
 
-/** The module's other statements on one key table (see `ClaimStatements`). */
-export class KeyStatements extends ClaimStatements {
+/** The module's statements on one key table; the claim and completion calls: `claims` (`ClaimStatements`). */
+export class KeyStatements {
   /** The statements' texts (see key-store.sql.ts and key-upkeep.sql.ts). */
-  readonly sql: ClaimStatements['sql'];
+  readonly sql: {
+    readonly [K in keyof ReturnType<typeof keyStoreStatements> | keyof ReturnType<typeof keyUpkeepStatements>]: string;
+  };
+  /** The claim and completion calls, the ones a new key sends. */
+  readonly claims: ClaimStatements;
 
   constructor(
-    protected readonly table: string,
+    private readonly table: string,
     tableName: string,
-    protected readonly options: { preparedStatements: boolean; partitioned: boolean; citus?: boolean },
+    private readonly options: { preparedStatements: boolean; partitioned: boolean; citus?: boolean },
   ) {
-    super();
     const sql = { ...keyStoreStatements(table, tableName), ...keyUpkeepStatements(table) };
     // Citus (prototype, issue 31): the writes the coordinator refuses, and the key lock it would take on itself, go
     // through the functions delegated to the tenant's worker.
     this.sql = options.citus ? { ...sql, ...citusKeyStatements(table) } : sql;
+    this.claims = new ClaimStatements(this.sql, table, options);
   }
 
   /** The key table is distributed on Citus (the module option `citus`). */
