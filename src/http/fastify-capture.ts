@@ -1,5 +1,5 @@
 import type { StoredResponse } from '../core/idempotency-store.js';
-import { ResponseNotSentError, ResponseTooLargeError, UnreplayableResponseError } from './capture-errors.js';
+import { ResponseTooLargeError, UnreplayableResponseError } from './capture-errors.js';
 import type { FastifyReplyLike } from './platform-types.js';
 import { applyToReply, hasBody, type Replacement } from './replacement.js';
 import type { CaptureSettings, ExtraHeaders, ResponseCapture } from './response-capture.js';
@@ -47,7 +47,6 @@ export class FastifyReplyCapture implements ResponseCapture {
   /** The app wrote `reply.raw` itself: the guard holds that response. */
   private viaRaw = false;
   private settled = false;
-  private listeners: Array<() => void> = [];
 
   constructor(
     private readonly reply: FastifyReplyLike,
@@ -55,10 +54,9 @@ export class FastifyReplyCapture implements ResponseCapture {
   ) {
     this.stored = storedHeaderNames(settings.replayHeaders);
     this.guard = new WireCapture(reply.raw, settings);
+    // Called before this capture's own waiters (see `sent`): a reply not held by then was answered at reply.raw.
     this.guard.onceSent(() => {
-      if (this.held || this.settled) return;
-      this.viaRaw = true;
-      this.notify();
+      if (!this.held && !this.settled) this.viaRaw = true;
     });
     captures.set(reply, this);
     this.ownSend = Object.getOwnPropertyDescriptor(reply, 'send');
@@ -71,23 +69,10 @@ export class FastifyReplyCapture implements ResponseCapture {
     return this.viaRaw ? this.guard.refusal : this.ownRefusal;
   }
 
+  /** Waits among the guard's listeners: it calls them once reply.raw is ended, the hook once it holds the payload. */
   sent(timeoutMs: number): Promise<StoredResponse> {
-    return new Promise((resolve, reject) => {
-      const settle = () => {
-        if (this.refusal) reject(this.refusal);
-        else resolve(this.viaRaw ? this.guard.snapshot() : this.held!.response!);
-      };
-      if (this.held || this.viaRaw) return settle();
-      const timer = setTimeout(() => {
-        this.listeners = [];
-        this.release();
-        reject(new ResponseNotSentError(timeoutMs));
-      }, timeoutMs);
-      this.listeners.push(() => {
-        clearTimeout(timer);
-        settle();
-      });
-    });
+    if (this.held && !this.refusal) return Promise.resolve(this.held.response!);
+    return this.guard.sent(timeoutMs, this, () => (this.viaRaw ? this.guard.snapshot() : this.held!.response!));
   }
 
   release(): void {
@@ -136,7 +121,7 @@ export class FastifyReplyCapture implements ResponseCapture {
       return done(null, applyToReply(this.reply, this.stored, this.replacement) ?? null);
     }
     this.held = { payload, done, response: this.snapshot(payload) };
-    this.notify();
+    this.guard.notify();
   }
 
   /** The reply as it stands with `payload` as its body, or undefined (and a refusal) when it cannot be stored. */
@@ -169,18 +154,11 @@ export class FastifyReplyCapture implements ResponseCapture {
 
   private settle(releaseGuard: boolean): void {
     this.settled = true;
-    this.listeners = [];
     captures.delete(this.reply);
     // Assigned back, not deleted: deleting turns the reply into a dictionary-mode object (slower property reads).
     if (this.ownSend) Object.defineProperty(this.reply, 'send', this.ownSend);
     else this.reply.send = this.inheritedSend;
     // Nothing was written to reply.raw: releasing the guard only unwraps it, for Fastify to write.
     if (releaseGuard) this.guard.release();
-  }
-
-  private notify(): void {
-    const listeners = this.listeners;
-    this.listeners = [];
-    for (const listener of listeners) listener();
   }
 }

@@ -49,19 +49,20 @@ export class WireCapture implements ResponseCapture {
     }) as ServerResponse['end'];
   }
 
-  sent(timeoutMs: number): Promise<StoredResponse> {
-    if (this.refusal) return Promise.reject(this.refusal);
-    if (this.endCall) return Promise.resolve(this.snapshot());
+  /** A FastifyReplyCapture waits here too, as `capture`, with its `response`: this capture is its guard (see its `sent`). */
+  sent(timeoutMs: number, capture: ResponseCapture = this, response = () => this.snapshot()): Promise<StoredResponse> {
+    if (capture.refusal) return Promise.reject(capture.refusal);
+    if (this.endCall) return Promise.resolve(response());
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.listeners = [];
-        this.release();
+        capture.release();
         reject(new ResponseNotSentError(timeoutMs));
       }, timeoutMs);
       this.onceSent(() => {
         clearTimeout(timer);
-        if (this.refusal) reject(this.refusal);
-        else resolve(this.snapshot());
+        if (capture.refusal) reject(capture.refusal);
+        else resolve(response());
       });
     });
   }
@@ -105,7 +106,7 @@ export class WireCapture implements ResponseCapture {
     else this.writes.push(args);
   }
 
-  private notify(): void {
+  notify(): void {
     const listeners = this.listeners;
     this.listeners = [];
     for (const listener of listeners) listener();
