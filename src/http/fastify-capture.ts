@@ -71,7 +71,7 @@ export class FastifyReplyCapture implements ResponseCapture {
 
   /** Waits among the guard's listeners: it calls them once reply.raw is ended, the hook once it holds the payload. */
   sent(timeoutMs: number): Promise<StoredResponse> {
-    if (this.held && !this.refusal) return Promise.resolve(this.held.response!);
+    if (this.held) return this.refusal ? Promise.reject(this.refusal) : Promise.resolve(this.held.response!);
     return this.guard.sent(timeoutMs, this, () => (this.viaRaw ? this.guard.snapshot() : this.held!.response!));
   }
 

@@ -51,8 +51,6 @@ export class WireCapture implements ResponseCapture {
 
   /** A FastifyReplyCapture waits here too, as `capture`, with its `response`: this capture is its guard (see its `sent`). */
   sent(timeoutMs: number, capture: ResponseCapture = this, response = () => this.snapshot()): Promise<StoredResponse> {
-    if (capture.refusal) return Promise.reject(capture.refusal);
-    if (this.endCall) return Promise.resolve(response());
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.listeners = [];
