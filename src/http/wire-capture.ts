@@ -196,7 +196,6 @@ function chunkLength(chunk: unknown, encoding: unknown): number {
 }
 
 function toBuffer(chunk: unknown, encoding: unknown): Buffer | undefined {
-  if (chunk === undefined || chunk === null || typeof chunk === 'function') return undefined;
   if (typeof chunk === 'string') return Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8');
   if (chunk instanceof Uint8Array) return Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
   return undefined;
