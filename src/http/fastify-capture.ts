@@ -95,14 +95,9 @@ export class FastifyReplyCapture implements ResponseCapture {
       return;
     }
     this.replacement = { response, headers };
-    const held = this.held;
-    if (held) {
-      this.settle(true);
-      held.done(null, applyToReply(this.reply, this.stored, this.replacement) ?? null);
-    } else {
-      // Should the app end reply.raw itself instead of sending, the guard answers there.
-      this.guard.replace(response, headers);
-    }
+    if (this.held) this.answerHook(this.held.done, this.replacement);
+    // Should the app end reply.raw itself instead of sending, the guard answers there.
+    else this.guard.replace(response, headers);
   }
 
   /** Nest sends: a replacement waiting for it goes in its place, before any hook runs. */
@@ -116,12 +111,15 @@ export class FastifyReplyCapture implements ResponseCapture {
   /** The hook's turn: hold the payload (or let it by once the capture has settled). */
   onSend(payload: unknown, done: OnSendDone): void {
     if (this.settled || this.held || this.viaRaw) return done(null, payload);
-    if (this.replacement) {
-      this.settle(true);
-      return done(null, applyToReply(this.reply, this.stored, this.replacement) ?? null);
-    }
+    if (this.replacement) return this.answerHook(done, this.replacement);
     this.held = { payload, done, response: this.snapshot(payload) };
     this.guard.notify();
+  }
+
+  /** The hook goes on with `replacement`'s body in place of the app's payload. */
+  private answerHook(done: OnSendDone, replacement: Replacement): void {
+    this.settle(true);
+    done(null, applyToReply(this.reply, this.stored, replacement) ?? null);
   }
 
   /** The reply as it stands with `payload` as its body, or undefined (and a refusal) when it cannot be stored. */
