@@ -77,11 +77,6 @@ export class FastifyReplyCapture implements ResponseCapture {
 
   release(): void {
     if (this.settled) return;
-    if (this.viaRaw) {
-      this.settle(false);
-      this.guard.release();
-      return;
-    }
     const held = this.held;
     this.settle(true);
     held?.done(null, held.payload);
@@ -156,7 +151,7 @@ export class FastifyReplyCapture implements ResponseCapture {
     // Assigned back, not deleted: deleting turns the reply into a dictionary-mode object (slower property reads).
     if (this.ownSend) Object.defineProperty(this.reply, 'send', this.ownSend);
     else this.reply.send = this.inheritedSend;
-    // Nothing was written to reply.raw: releasing the guard only unwraps it, for Fastify to write.
+    // Releasing the guard lets out what the app wrote to reply.raw; when it wrote nothing, only unwraps it, for Fastify.
     if (releaseGuard) this.guard.release();
   }
 }
