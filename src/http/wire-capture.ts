@@ -6,7 +6,6 @@ import type { CaptureSettings, ExtraHeaders, ResponseCapture } from './response-
 import { headerEntries } from './write-head-headers.js';
 
 type Call = unknown[];
-type WireMethods = Pick<ServerResponse, 'writeHead' | 'write' | 'end'>;
 const WIRE_METHODS = ['writeHead', 'write', 'end'] as const;
 
 /**
@@ -14,7 +13,7 @@ const WIRE_METHODS = ['writeHead', 'write', 'end'] as const;
  * before the middleware that wrapped them earlier (`compression`, the session's cookie). Fastify: `FastifyReplyCapture`.
  */
 export class WireCapture implements ResponseCapture {
-  private readonly original: Partial<Record<keyof WireMethods, unknown>> = {};
+  private readonly original: Partial<Record<(typeof WIRE_METHODS)[number], unknown>> = {};
   private readonly stored: ReadonlySet<string>;
   private writeHeadCall?: Call;
   private writes: Call[] = [];
