@@ -1,5 +1,5 @@
 import type { StoredResponse } from '../core/idempotency-store.js';
-import { ResponseNotSentError, ResponseTooLargeError, UnreplayableResponseError } from './capture-errors.js';
+import { ResponseTooLargeError, UnreplayableResponseError } from './capture-errors.js';
 import type { FastifyReplyLike } from './platform-types.js';
 import { applyToReply, hasBody, type Replacement } from './replacement.js';
 import type { CaptureSettings, ExtraHeaders, ResponseCapture } from './response-capture.js';
@@ -47,7 +47,6 @@ export class FastifyReplyCapture implements ResponseCapture {
   /** The app wrote `reply.raw` itself: the guard holds that response. */
   private viaRaw = false;
   private settled = false;
-  private listeners: Array<() => void> = [];
 
   constructor(
     private readonly reply: FastifyReplyLike,
@@ -55,10 +54,9 @@ export class FastifyReplyCapture implements ResponseCapture {
   ) {
     this.stored = storedHeaderNames(settings.replayHeaders);
     this.guard = new WireCapture(reply.raw, settings);
+    // Called before this capture's own waiters (see `sent`): a reply not held by then was answered at reply.raw.
     this.guard.onceSent(() => {
-      if (this.held || this.settled) return;
-      this.viaRaw = true;
-      this.notify();
+      if (!this.held && !this.settled) this.viaRaw = true;
     });
     captures.set(reply, this);
     this.ownSend = Object.getOwnPropertyDescriptor(reply, 'send');
@@ -71,32 +69,14 @@ export class FastifyReplyCapture implements ResponseCapture {
     return this.viaRaw ? this.guard.refusal : this.ownRefusal;
   }
 
+  /** Waits among the guard's listeners: it calls them once reply.raw is ended, the hook once it holds the payload. */
   sent(timeoutMs: number): Promise<StoredResponse> {
-    return new Promise((resolve, reject) => {
-      const settle = () => {
-        if (this.refusal) reject(this.refusal);
-        else resolve(this.viaRaw ? this.guard.snapshot() : this.held!.response!);
-      };
-      if (this.held || this.viaRaw) return settle();
-      const timer = setTimeout(() => {
-        this.listeners = [];
-        this.release();
-        reject(new ResponseNotSentError(timeoutMs));
-      }, timeoutMs);
-      this.listeners.push(() => {
-        clearTimeout(timer);
-        settle();
-      });
-    });
+    if (this.held) return this.refusal ? Promise.reject(this.refusal) : Promise.resolve(this.held.response!);
+    return this.guard.sent(timeoutMs, this, () => (this.viaRaw ? this.guard.snapshot() : this.held!.response!));
   }
 
   release(): void {
     if (this.settled) return;
-    if (this.viaRaw) {
-      this.settle(false);
-      this.guard.release();
-      return;
-    }
     const held = this.held;
     this.settle(true);
     held?.done(null, held.payload);
@@ -110,14 +90,9 @@ export class FastifyReplyCapture implements ResponseCapture {
       return;
     }
     this.replacement = { response, headers };
-    const held = this.held;
-    if (held) {
-      this.settle(true);
-      held.done(null, applyToReply(this.reply, this.stored, this.replacement) ?? null);
-    } else {
-      // Should the app end reply.raw itself instead of sending, the guard answers there.
-      this.guard.replace(response, headers);
-    }
+    if (this.held) this.answerHook(this.held.done, this.replacement);
+    // Should the app end reply.raw itself instead of sending, the guard answers there.
+    else this.guard.replace(response, headers);
   }
 
   /** Nest sends: a replacement waiting for it goes in its place, before any hook runs. */
@@ -131,12 +106,15 @@ export class FastifyReplyCapture implements ResponseCapture {
   /** The hook's turn: hold the payload (or let it by once the capture has settled). */
   onSend(payload: unknown, done: OnSendDone): void {
     if (this.settled || this.held || this.viaRaw) return done(null, payload);
-    if (this.replacement) {
-      this.settle(true);
-      return done(null, applyToReply(this.reply, this.stored, this.replacement) ?? null);
-    }
+    if (this.replacement) return this.answerHook(done, this.replacement);
     this.held = { payload, done, response: this.snapshot(payload) };
-    this.notify();
+    this.guard.notify();
+  }
+
+  /** The hook goes on with `replacement`'s body in place of the app's payload. */
+  private answerHook(done: OnSendDone, replacement: Replacement): void {
+    this.settle(true);
+    done(null, applyToReply(this.reply, this.stored, replacement) ?? null);
   }
 
   /** The reply as it stands with `payload` as its body, or undefined (and a refusal) when it cannot be stored. */
@@ -169,18 +147,11 @@ export class FastifyReplyCapture implements ResponseCapture {
 
   private settle(releaseGuard: boolean): void {
     this.settled = true;
-    this.listeners = [];
     captures.delete(this.reply);
     // Assigned back, not deleted: deleting turns the reply into a dictionary-mode object (slower property reads).
     if (this.ownSend) Object.defineProperty(this.reply, 'send', this.ownSend);
     else this.reply.send = this.inheritedSend;
-    // Nothing was written to reply.raw: releasing the guard only unwraps it, for Fastify to write.
+    // Releasing the guard lets out what the app wrote to reply.raw; when it wrote nothing, only unwraps it, for Fastify.
     if (releaseGuard) this.guard.release();
-  }
-
-  private notify(): void {
-    const listeners = this.listeners;
-    this.listeners = [];
-    for (const listener of listeners) listener();
   }
 }

@@ -6,7 +6,6 @@ import type { CaptureSettings, ExtraHeaders, ResponseCapture } from './response-
 import { headerEntries } from './write-head-headers.js';
 
 type Call = unknown[];
-type WireMethods = Pick<ServerResponse, 'writeHead' | 'write' | 'end'>;
 const WIRE_METHODS = ['writeHead', 'write', 'end'] as const;
 
 /**
@@ -14,7 +13,7 @@ const WIRE_METHODS = ['writeHead', 'write', 'end'] as const;
  * before the middleware that wrapped them earlier (`compression`, the session's cookie). Fastify: `FastifyReplyCapture`.
  */
 export class WireCapture implements ResponseCapture {
-  private readonly original: Partial<Record<keyof WireMethods, unknown>> = {};
+  private readonly original: Partial<Record<(typeof WIRE_METHODS)[number], unknown>> = {};
   private readonly stored: ReadonlySet<string>;
   private writeHeadCall?: Call;
   private writes: Call[] = [];
@@ -49,19 +48,18 @@ export class WireCapture implements ResponseCapture {
     }) as ServerResponse['end'];
   }
 
-  sent(timeoutMs: number): Promise<StoredResponse> {
-    if (this.refusal) return Promise.reject(this.refusal);
-    if (this.endCall) return Promise.resolve(this.snapshot());
+  /** A FastifyReplyCapture waits here too, as `capture`, with its `response`: this capture is its guard (see its `sent`). */
+  sent(timeoutMs: number, capture: ResponseCapture = this, response = () => this.snapshot()): Promise<StoredResponse> {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.listeners = [];
-        this.release();
+        capture.release();
         reject(new ResponseNotSentError(timeoutMs));
       }, timeoutMs);
       this.onceSent(() => {
         clearTimeout(timer);
-        if (this.refusal) reject(this.refusal);
-        else resolve(this.snapshot());
+        if (capture.refusal) reject(capture.refusal);
+        else resolve(response());
       });
     });
   }
@@ -105,7 +103,7 @@ export class WireCapture implements ResponseCapture {
     else this.writes.push(args);
   }
 
-  private notify(): void {
+  notify(): void {
     const listeners = this.listeners;
     this.listeners = [];
     for (const listener of listeners) listener();
@@ -197,7 +195,6 @@ function chunkLength(chunk: unknown, encoding: unknown): number {
 }
 
 function toBuffer(chunk: unknown, encoding: unknown): Buffer | undefined {
-  if (chunk === undefined || chunk === null || typeof chunk === 'function') return undefined;
   if (typeof chunk === 'string') return Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8');
   if (chunk instanceof Uint8Array) return Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
   return undefined;
