@@ -369,7 +369,9 @@ await describeWithCitus('the contract on a Citus cluster sharded by tenant', () 
         keys.flatMap((key) =>
           [0, 1, 2].map((i) =>
             engines[i % 2]
-              .execute({ ...work(tenant, key, 'separate', { leaseMs: 1_000, run: () => sleep(400) }), waitMs: 500 })
+              // The lease is well past the handler's 400 ms: on a loaded machine the coordinator has been seen to stall
+              // for about a second as the worker went down, and a 1 s lease then ran out under the other tenant's work.
+              .execute({ ...work(tenant, key, 'separate', { leaseMs: 3_000, run: () => sleep(400) }), waitMs: 500 })
               .then(
                 (outcome) => outcome.kind,
                 (error: unknown) => error,
@@ -405,7 +407,7 @@ await describeWithCitus('the contract on a Citus cluster sharded by tenant', () 
         controlWorker(dir!, 'start');
       }
       // After the restart and the leases: every key of the storm completes, each with one effect.
-      await sleep(1_200);
+      await sleep(3_200);
       for (const [tenant, keys] of [
         [down.tenant, downKeys],
         [up.tenant, upKeys],
