@@ -21,6 +21,7 @@ export const ProblemType = {
   tenantUnresolved: `${PROBLEM_TYPE_BASE}tenant-unresolved`,
   unreplayable: `${PROBLEM_TYPE_BASE}unreplayable-response`,
   responseTooLarge: `${PROBLEM_TYPE_BASE}response-too-large`,
+  responseNotSent: `${PROBLEM_TYPE_BASE}response-not-sent`,
   unrepresentableBody: `${PROBLEM_TYPE_BASE}unrepresentable-body`,
   storeFailed: `${PROBLEM_TYPE_BASE}store-error`,
   commitRefused: `${PROBLEM_TYPE_BASE}commit-refused`,

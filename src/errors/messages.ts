@@ -181,6 +181,9 @@ export const messages = {
     responseTooLarge: (route: string, maxBytes: number) =>
       `The response of ${route} is larger than its maxResponseBytes (${maxBytes} bytes), so it cannot be stored for retries. ` +
       'Nothing was processed: the request was rolled back and its idempotency key released.',
+    responseNotSent:
+      'The server did not finish its response to this request in time, so the request was rolled back and nothing of it ' +
+      'took effect. Retry with the same idempotency key: until its lease ends, a retry is answered 409 with Retry-After.',
   },
   log: {
     tenantUnresolved: (route: string) =>
@@ -206,6 +209,11 @@ export const messages = {
       `@Idempotent() route ${route} answered with more than its maxResponseBytes (${maxBytes} bytes). The response was ` +
       'neither held nor stored: the work rolled back, the key was released and the client got a 500 problem. Raise ' +
       '`maxResponseBytes` on the route (@Idempotent({ maxResponseBytes })) or the module, or make the response smaller.',
+    responseNotSent: (route: string, waitedMs: number) =>
+      `@Idempotent() route ${route} returned, but its response was not ended within its lease (${waitedMs} ms). The work ` +
+      'rolled back, the key stays in flight until its lease ends, and the client gets a 500 problem once the response ' +
+      'ends. Something after the handler holds the response back (an interceptor, a stream the app writes): end it ' +
+      'sooner, or give the route a longer lease.',
   },
   /** What the response capture reports about a response it cannot hold. */
   capture: {

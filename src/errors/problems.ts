@@ -132,6 +132,17 @@ export const problems = {
       undefined,
       { cause },
     ),
+  responseNotSent: (cause: unknown) =>
+    new IdempotencyProblemException(
+      problem(
+        ProblemType.responseNotSent,
+        'Response not finished',
+        HttpStatus.INTERNAL_SERVER_ERROR,
+        messages.problems.responseNotSent,
+      ),
+      undefined,
+      { cause },
+    ),
   unreplayable: (cause: unknown) =>
     new IdempotencyProblemException(
       problem(

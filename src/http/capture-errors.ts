@@ -2,7 +2,7 @@ import { messages } from '../errors/messages.js';
 
 /** Raised when the application has not sent a response within the time the capture waits for one. */
 export class ResponseNotSentError extends Error {
-  constructor(waitedMs: number) {
+  constructor(readonly waitedMs: number) {
     super(`The application sent no response within ${waitedMs} ms of the handler finishing.`);
     this.name = 'ResponseNotSentError';
   }

@@ -23,9 +23,9 @@ export type ExtraHeaders = Array<[string, string]>;
 export interface ResponseCapture {
   /**
    * Resolves with the response as the application sent it, once it has
-   * (still held). Rejects with `ResponseNotSentError` after `timeoutMs` (and
-   * lets whatever comes later pass untouched), or with the capture's
-   * `refusal` when the response cannot be stored.
+   * (still held). Rejects with `ResponseNotSentError` after `timeoutMs` (the
+   * response still held, for the caller to release or replace), or with the
+   * capture's `refusal` when the response cannot be stored.
    */
   sent(timeoutMs: number): Promise<StoredResponse>;
   /** Lets the held response go out as the application made it; anything later passes straight through. */

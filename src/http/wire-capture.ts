@@ -30,17 +30,21 @@ export class WireCapture implements ResponseCapture {
   ) {
     this.stored = storedHeaderNames(settings.replayHeaders);
     for (const name of WIRE_METHODS) this.original[name] = res[name];
+    // Once the app has ended the response, what comes later changes nothing of it, as on Node's own response: Nest's
+    // reply after a handler that wrote it (`@Res({ passthrough: true })`), or Fastify's, which cannot see a held end.
     res.writeHead = ((...args: Call) => {
-      this.writeHeadCall = args;
+      if (!this.endCall) this.writeHeadCall = args;
       return res;
     }) as ServerResponse['writeHead'];
     res.write = ((...args: Call) => {
+      if (this.endCall) return false;
       this.hold(args, false);
       const callback = args.find((arg) => typeof arg === 'function') as (() => void) | undefined;
       if (callback) process.nextTick(callback);
       return true;
     }) as ServerResponse['write'];
     res.end = ((...args: Call) => {
+      if (this.endCall) return res;
       this.hold(args, true);
       if (this.replacement) this.send(this.replacement);
       else this.notify();
@@ -51,12 +55,14 @@ export class WireCapture implements ResponseCapture {
   /** A FastifyReplyCapture waits here too, as `capture`, with its `response`: this capture is its guard (see its `sent`). */
   sent(timeoutMs: number, capture: ResponseCapture = this, response = () => this.snapshot()): Promise<StoredResponse> {
     return new Promise((resolve, reject) => {
+      let waiting = true;
+      // Still held after the wait: released, the app's late end would tell the client of work that never committed.
       const timer = setTimeout(() => {
-        this.listeners = [];
-        capture.release();
+        waiting = false;
         reject(new ResponseNotSentError(timeoutMs));
       }, timeoutMs);
       this.onceSent(() => {
+        if (!waiting) return;
         clearTimeout(timer);
         if (capture.refusal) reject(capture.refusal);
         else resolve(response());

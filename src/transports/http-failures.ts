@@ -80,6 +80,10 @@ function problemFor(error: unknown, key: string, { runtime, route }: HttpFailure
     logger.error(messages.log.responseTooLarge(routeName, error.maxBytes));
     return problems.responseTooLarge(routeName, error.maxBytes, error);
   }
+  if (error instanceof ResponseNotSentError) {
+    logger.error(messages.log.responseNotSent(routeName, error.waitedMs));
+    return problems.responseNotSent(error);
+  }
   if (error instanceof UnreplayableResponseError) {
     logger.error(messages.config.unreplayableRoute(routeName, error.message));
     return problems.unreplayable(error);
