@@ -9,7 +9,6 @@ import {
   type CallHandler,
   type ExecutionContext,
   type INestApplication,
-  type LoggerService,
   type NestInterceptor,
 } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
@@ -22,6 +21,7 @@ import type { EntityManager } from 'typeorm';
 import { Idempotent, IdempotencyModule, TxManager } from '../src/index.js';
 import { createTables, dataSourceOptions, freshSchema, sqlClient } from './support/database.js';
 import { post, sleep, type RawResponse } from './support/http.js';
+import { CapturingNestLogger } from './real-app/log-capture.js';
 import { keyTableOptions } from './support/key-table.js';
 import { ADAPTERS, Probe, type AdapterName } from './support/test-app.js';
 
@@ -76,31 +76,6 @@ function writeHead(res: unknown, label: string): ServerResponse {
   raw.setHeader(BEFORE, 'before');
   raw.writeHead(201, { Location: `/raw/${label}`, [IN_HEAD]: 'in-head' });
   return raw;
-}
-
-class CapturingLogger implements LoggerService {
-  readonly lines: string[] = [];
-  private push(level: string, args: unknown[]) {
-    this.lines.push(`${level}: ${args.map((a) => (a instanceof Error ? `${a.message}\n${a.stack}` : String(a))).join(' ')}`);
-  }
-  log(...args: unknown[]) {
-    this.push('log', args);
-  }
-  error(...args: unknown[]) {
-    this.push('error', args);
-  }
-  warn(...args: unknown[]) {
-    this.push('warn', args);
-  }
-  debug(...args: unknown[]) {
-    this.push('debug', args);
-  }
-  verbose(...args: unknown[]) {
-    this.push('verbose', args);
-  }
-  fatal(...args: unknown[]) {
-    this.push('fatal', args);
-  }
 }
 
 /**
@@ -205,12 +180,12 @@ interface RawApp {
   app: INestApplication;
   url: string;
   probe: Probe;
-  logs: CapturingLogger;
+  logs: CapturingNestLogger;
 }
 
 async function startRawApp(adapter: AdapterName, schema: string): Promise<RawApp> {
   const probe = new Probe();
-  const logs = new CapturingLogger();
+  const logs = new CapturingNestLogger();
   @Module({
     imports: [
       TypeOrmModule.forRoot({ ...dataSourceOptions(schema), retryAttempts: 0 }),
