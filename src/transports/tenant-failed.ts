@@ -3,7 +3,7 @@ import { messages } from '../errors/messages.js';
 import { problems } from '../errors/problems.js';
 
 /** The tenant resolver threw: its `HttpException` (a 401) goes out as it is; anything else is logged and fails closed. */
-export function tenantFailed(logger: Logger, error: unknown, routeName: string): unknown {
+export function tenantFailed(logger: Logger, error: unknown, routeName: string): HttpException {
   if (error instanceof HttpException) return error;
   logger.error(messages.log.tenantFailed(routeName), error instanceof Error ? error.stack : String(error));
   return problems.tenantUnresolved();
@@ -22,7 +22,7 @@ export function tenantLater(
 }
 
 /** The resolver's tenant is none (`unusable` says why): logged, and the request fails closed. */
-export function tenantRefused(logger: Logger, routeName: string, tenant: unknown, unusable: string): unknown {
+export function tenantRefused(logger: Logger, routeName: string, tenant: unknown, unusable: string): HttpException {
   logger.error(
     tenant === undefined || tenant === null
       ? messages.log.tenantUnresolved(routeName)
